@@ -1,0 +1,157 @@
+//! Device memory: allocations and copies, for tests and host-array transfers.
+
+use std::ffi::c_int;
+
+use crate::error::{Error, Result};
+use crate::sys::{self, CUdeviceptr};
+use crate::Driver;
+
+/// A device allocation in the current context; freed on drop.
+pub struct DeviceBuffer {
+    driver: &'static Driver,
+    ptr: CUdeviceptr,
+    len: usize,
+}
+
+impl DeviceBuffer {
+    pub fn alloc(driver: &'static Driver, len: usize) -> Result<DeviceBuffer> {
+        let mut ptr: CUdeviceptr = 0;
+        if len > 0 {
+            // SAFETY: valid out-pointer.
+            driver.check(
+                unsafe { (driver.api.mem_alloc)(&mut ptr, len) },
+                "allocating device memory",
+            )?;
+        }
+        Ok(DeviceBuffer { driver, ptr, len })
+    }
+
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn copy_from_host(&self, host: &[u8]) -> Result<()> {
+        self.check_len(host.len())?;
+        // SAFETY: both ranges are `host.len()` bytes long and valid.
+        self.driver.check(
+            unsafe { (self.driver.api.memcpy_htod)(self.ptr, host.as_ptr().cast(), host.len()) },
+            "copying host to device",
+        )
+    }
+
+    pub fn copy_to_host(&self, host: &mut [u8]) -> Result<()> {
+        self.check_len(host.len())?;
+        // SAFETY: both ranges are `host.len()` bytes long and valid.
+        self.driver.check(
+            unsafe {
+                (self.driver.api.memcpy_dtoh)(host.as_mut_ptr().cast(), self.ptr, host.len())
+            },
+            "copying device to host",
+        )
+    }
+
+    pub fn fill(&self, byte: u8) -> Result<()> {
+        // SAFETY: the whole allocation.
+        self.driver.check(
+            unsafe { (self.driver.api.memset_d8)(self.ptr, byte, self.len) },
+            "filling device memory",
+        )
+    }
+
+    fn check_len(&self, len: usize) -> Result<()> {
+        if len > self.len {
+            return Err(Error::Invalid(format!(
+                "a copy of {len} bytes does not fit a device buffer of {} bytes",
+                self.len
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.ptr != 0 {
+            // SAFETY: allocated by cuMemAlloc and freed once.
+            let _ = unsafe { (self.driver.api.mem_free)(self.ptr) };
+        }
+    }
+}
+
+impl Driver {
+    /// The device ordinal that owns `ptr`, or `None` for memory the driver does
+    /// not know (host memory, or a foreign pointer).
+    pub fn pointer_device(&self, ptr: CUdeviceptr) -> Option<usize> {
+        let mut ordinal: c_int = -1;
+        // SAFETY: the attribute is an int written to a valid out-pointer; unknown
+        // pointers return an error code.
+        let code = unsafe {
+            (self.api.pointer_get_attribute)(
+                (&mut ordinal as *mut c_int).cast(),
+                sys::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                ptr,
+            )
+        };
+        (code == sys::CUDA_SUCCESS && ordinal >= 0).then_some(ordinal as usize)
+    }
+
+    /// Copies between device allocations (same or peer devices under UVA).
+    pub fn copy_device_to_device(
+        &self,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller owns both ranges of `len` bytes; the driver checks the handles.
+        self.check(
+            unsafe { (self.api.memcpy_dtod)(dst, src, len) },
+            "copying device to device",
+        )
+    }
+
+    /// Asynchronous host-to-device copy; `host` must stay valid until the stream reaches it.
+    ///
+    /// # Safety
+    /// `host` must point to `len` readable bytes that outlive the copy, and `dst` to `len`
+    /// writable device bytes.
+    pub unsafe fn copy_host_to_device_async(
+        &self,
+        dst: CUdeviceptr,
+        host: *const u8,
+        len: usize,
+        stream: usize,
+    ) -> Result<()> {
+        // SAFETY: guaranteed by the caller.
+        self.check(
+            unsafe { (self.api.memcpy_htod_async)(dst, host.cast(), len, stream as sys::CUstream) },
+            "copying host to device",
+        )
+    }
+
+    /// Asynchronous device-to-host copy.
+    ///
+    /// # Safety
+    /// `host` must point to `len` writable bytes that outlive the copy, and `src` to `len`
+    /// readable device bytes.
+    pub unsafe fn copy_device_to_host_async(
+        &self,
+        host: *mut u8,
+        src: CUdeviceptr,
+        len: usize,
+        stream: usize,
+    ) -> Result<()> {
+        // SAFETY: guaranteed by the caller.
+        self.check(
+            unsafe { (self.api.memcpy_dtoh_async)(host.cast(), src, len, stream as sys::CUstream) },
+            "copying device to host",
+        )
+    }
+}

@@ -1,0 +1,183 @@
+//! Raw CUDA driver types and the table of entry points, resolved once from the
+//! driver library at run time. Nothing here is called directly by other crates:
+//! the safe wrappers in the sibling modules are the interface.
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use libloading::Library as DynamicLibrary;
+
+use crate::error::Error;
+
+pub type CUresult = c_int;
+pub type CUdevice = c_int;
+pub type CUdeviceptr = u64;
+pub type CUcontext = *mut c_void;
+pub type CUlibrary = *mut c_void;
+pub type CUkernel = *mut c_void;
+pub type CUfunction = *mut c_void;
+pub type CUstream = *mut c_void;
+pub type CUevent = *mut c_void;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: the special stream handles.
+pub const CU_STREAM_LEGACY: usize = 0x1;
+pub const CU_STREAM_PER_THREAD: usize = 0x2;
+pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+
+pub const CU_LAUNCH_ATTRIBUTE_COOPERATIVE: c_uint = 2;
+pub const CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: c_uint = 4;
+
+pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
+pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
+
+/// `CUlaunchAttribute`: an id, then a 64-byte value union, 8-byte aligned.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUlaunchAttribute {
+    pub id: c_uint,
+    pub pad: [u8; 4],
+    pub value: [u64; 8],
+}
+
+impl CUlaunchAttribute {
+    /// An attribute whose value is up to three leading `u32`s (cooperative flag, cluster dims).
+    pub fn with_u32s(id: c_uint, values: &[u32]) -> CUlaunchAttribute {
+        let mut words = [0u32; 16];
+        words[..values.len()].copy_from_slice(values);
+        let mut value = [0u64; 8];
+        for (slot, pair) in value.iter_mut().zip(words.chunks_exact(2)) {
+            *slot = u64::from(pair[0]) | (u64::from(pair[1]) << 32);
+        }
+        CUlaunchAttribute {
+            id,
+            pad: [0; 4],
+            value,
+        }
+    }
+}
+
+/// `CUlaunchConfig` for `cuLaunchKernelEx`.
+#[repr(C)]
+pub struct CUlaunchConfig {
+    pub grid_dim_x: c_uint,
+    pub grid_dim_y: c_uint,
+    pub grid_dim_z: c_uint,
+    pub block_dim_x: c_uint,
+    pub block_dim_y: c_uint,
+    pub block_dim_z: c_uint,
+    pub shared_mem_bytes: c_uint,
+    pub h_stream: CUstream,
+    pub attrs: *mut CUlaunchAttribute,
+    pub num_attrs: c_uint,
+}
+
+/// Declares the entry-point table: one field per driver function, and a loader
+/// that resolves each by its exported (versioned) symbol name.
+macro_rules! driver_api {
+    ($( $field:ident = $symbol:literal : fn($($arg:ty),*); )*) => {
+        pub struct Api {
+            $( pub $field: unsafe extern "C" fn($($arg),*) -> CUresult, )*
+            /// Keeps the shared object mapped for as long as the pointers above live.
+            _library: DynamicLibrary,
+        }
+
+        impl Api {
+            pub(crate) fn load(library: DynamicLibrary, path: &str) -> Result<Api, Error> {
+                $(
+                    // SAFETY: the symbol is a C function of the CUDA driver whose
+                    // signature is the one written in this table (cuda.h, CUDA 12/13).
+                    let $field = unsafe {
+                        *library
+                            .get::<unsafe extern "C" fn($($arg),*) -> CUresult>(
+                                concat!($symbol, "\0").as_bytes(),
+                            )
+                            .map_err(|e| Error::Unavailable(format!(
+                                "the CUDA driver {path} lacks {}: {e}", $symbol
+                            )))?
+                    };
+                )*
+                Ok(Api { $( $field, )* _library: library })
+            }
+        }
+    };
+}
+
+driver_api! {
+    init = "cuInit": fn(c_uint);
+    driver_get_version = "cuDriverGetVersion": fn(*mut c_int);
+    get_error_name = "cuGetErrorName": fn(CUresult, *mut *const c_char);
+    get_error_string = "cuGetErrorString": fn(CUresult, *mut *const c_char);
+
+    device_get_count = "cuDeviceGetCount": fn(*mut c_int);
+    device_get = "cuDeviceGet": fn(*mut CUdevice, c_int);
+    device_get_name = "cuDeviceGetName": fn(*mut c_char, c_int, CUdevice);
+    device_get_uuid = "cuDeviceGetUuid_v2": fn(*mut [u8; 16], CUdevice);
+    device_get_attribute = "cuDeviceGetAttribute": fn(*mut c_int, c_int, CUdevice);
+    device_get_pci_bus_id = "cuDeviceGetPCIBusId": fn(*mut c_char, c_int, CUdevice);
+    device_total_mem = "cuDeviceTotalMem_v2": fn(*mut usize, CUdevice);
+
+    primary_ctx_retain = "cuDevicePrimaryCtxRetain": fn(*mut CUcontext, CUdevice);
+    primary_ctx_release = "cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
+    ctx_get_current = "cuCtxGetCurrent": fn(*mut CUcontext);
+    ctx_set_current = "cuCtxSetCurrent": fn(CUcontext);
+    ctx_push_current = "cuCtxPushCurrent_v2": fn(CUcontext);
+    ctx_pop_current = "cuCtxPopCurrent_v2": fn(*mut CUcontext);
+    ctx_get_device = "cuCtxGetDevice": fn(*mut CUdevice);
+    ctx_synchronize = "cuCtxSynchronize": fn();
+    mem_get_info = "cuMemGetInfo_v2": fn(*mut usize, *mut usize);
+
+    library_load_data = "cuLibraryLoadData": fn(
+        *mut CUlibrary, *const c_void,
+        *mut c_int, *mut *mut c_void, c_uint,
+        *mut c_int, *mut *mut c_void, c_uint);
+    library_get_kernel = "cuLibraryGetKernel": fn(*mut CUkernel, CUlibrary, *const c_char);
+    library_unload = "cuLibraryUnload": fn(CUlibrary);
+    kernel_get_function = "cuKernelGetFunction": fn(*mut CUfunction, CUkernel);
+    kernel_get_attribute = "cuKernelGetAttribute": fn(*mut c_int, c_int, CUkernel, CUdevice);
+    kernel_set_attribute = "cuKernelSetAttribute": fn(c_int, c_int, CUkernel, CUdevice);
+    occupancy_max_active_blocks = "cuOccupancyMaxActiveBlocksPerMultiprocessor":
+        fn(*mut c_int, CUfunction, c_int, usize);
+
+    stream_create = "cuStreamCreate": fn(*mut CUstream, c_uint);
+    stream_destroy = "cuStreamDestroy_v2": fn(CUstream);
+    stream_synchronize = "cuStreamSynchronize": fn(CUstream);
+    stream_query = "cuStreamQuery": fn(CUstream);
+    stream_wait_event = "cuStreamWaitEvent": fn(CUstream, CUevent, c_uint);
+    event_create = "cuEventCreate": fn(*mut CUevent, c_uint);
+    event_destroy = "cuEventDestroy_v2": fn(CUevent);
+    event_record = "cuEventRecord": fn(CUevent, CUstream);
+    event_synchronize = "cuEventSynchronize": fn(CUevent);
+    event_query = "cuEventQuery": fn(CUevent);
+    event_elapsed_time = "cuEventElapsedTime": fn(*mut f32, CUevent, CUevent);
+
+    launch_kernel = "cuLaunchKernel": fn(
+        CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint,
+        c_uint, CUstream, *mut *mut c_void, *mut *mut c_void);
+    launch_kernel_ex = "cuLaunchKernelEx": fn(
+        *const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void);
+
+    mem_alloc = "cuMemAlloc_v2": fn(*mut CUdeviceptr, usize);
+    mem_free = "cuMemFree_v2": fn(CUdeviceptr);
+    memcpy_htod = "cuMemcpyHtoD_v2": fn(CUdeviceptr, *const c_void, usize);
+    memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, CUdeviceptr, usize);
+    memcpy_dtod = "cuMemcpyDtoD_v2": fn(CUdeviceptr, CUdeviceptr, usize);
+    memcpy_htod_async = "cuMemcpyHtoDAsync_v2": fn(CUdeviceptr, *const c_void, usize, CUstream);
+    memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2": fn(*mut c_void, CUdeviceptr, usize, CUstream);
+    memset_d8 = "cuMemsetD8_v2": fn(CUdeviceptr, u8, usize);
+    pointer_get_attribute = "cuPointerGetAttribute": fn(*mut c_void, c_int, CUdeviceptr);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_structs_match_cuda_h() {
+        assert_eq!(std::mem::size_of::<CUlaunchAttribute>(), 72);
+        assert_eq!(std::mem::size_of::<CUlaunchConfig>(), 56);
+    }
+}
