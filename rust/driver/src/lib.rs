@@ -16,6 +16,7 @@ pub mod error;
 pub mod launch;
 pub mod library;
 pub mod memory;
+pub mod params;
 pub mod stream;
 pub mod sys;
 
@@ -27,6 +28,7 @@ pub use error::{Error, Result};
 pub use launch::LaunchDims;
 pub use library::{Kernel, KernelAttribute, Library};
 pub use memory::DeviceBuffer;
+pub use params::ParamBuffer;
 pub use stream::{Event, Stream};
 
 use sys::{Api, CUresult, CUDA_ERROR_NO_DEVICE, CUDA_SUCCESS};

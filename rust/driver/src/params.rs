@@ -1,0 +1,131 @@
+//! Kernel parameter buffers in the layout `cuLaunchKernel` takes: one pointer per
+//! flattened parameter, each to that parameter's value.
+//!
+//! Every flattened numba parameter is at most 8 bytes (complex numbers and arrays are
+//! split into several), so each value gets its own 8-byte slot and is written at the
+//! start of it; the driver reads only the parameter's own width. The buffer is reused
+//! across launches: after the first, filling it allocates nothing.
+
+use std::ffi::c_void;
+
+#[derive(Default)]
+pub struct ParamBuffer {
+    slots: Vec<u64>,
+    pointers: Vec<*mut c_void>,
+}
+
+// SAFETY: the pointers point into `slots`, owned by the same buffer; they are rebuilt by
+// `as_params` before every use, so moving the buffer to another thread is sound.
+unsafe impl Send for ParamBuffer {}
+
+impl ParamBuffer {
+    pub fn with_capacity(params: usize) -> ParamBuffer {
+        ParamBuffer {
+            slots: Vec::with_capacity(params),
+            pointers: Vec::with_capacity(params),
+        }
+    }
+
+    /// Forgets the values, keeping the memory.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.slots.clear();
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The raw 8-byte slots, for tests that compare against numba's packing.
+    pub fn slots(&self) -> &[u64] {
+        &self.slots
+    }
+
+    #[inline]
+    pub fn push_u64(&mut self, value: u64) {
+        self.slots.push(value);
+    }
+
+    #[inline]
+    pub fn push_i64(&mut self, value: i64) {
+        self.slots.push(value as u64);
+    }
+
+    /// A value of at most 8 bytes, stored little-endian at the start of its slot.
+    #[inline]
+    pub fn push_bytes<const N: usize>(&mut self, bytes: [u8; N]) {
+        const { assert!(N <= 8) };
+        let mut slot = [0u8; 8];
+        slot[..N].copy_from_slice(&bytes);
+        self.slots.push(u64::from_le_bytes(slot));
+    }
+
+    #[inline]
+    pub fn push_f32(&mut self, value: f32) {
+        self.push_bytes(value.to_le_bytes());
+    }
+
+    #[inline]
+    pub fn push_f64(&mut self, value: f64) {
+        self.slots.push(value.to_bits());
+    }
+
+    /// The `void**` for the driver: valid until the buffer is next changed.
+    #[inline]
+    pub fn as_params(&mut self) -> *mut *mut c_void {
+        self.pointers.clear();
+        let base = self.slots.as_mut_ptr();
+        // `wrapping_add` stays inside the slots allocation for every index below len.
+        self.pointers
+            .extend((0..self.slots.len()).map(|i| base.wrapping_add(i).cast::<c_void>()));
+        self.pointers.as_mut_ptr()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_sit_at_the_start_of_their_slot() {
+        let mut buffer = ParamBuffer::default();
+        buffer.push_bytes(7i32.to_le_bytes());
+        buffer.push_f32(1.5);
+        buffer.push_f64(-2.0);
+        buffer.push_bytes([1u8]);
+        assert_eq!(buffer.slots()[0], 7);
+        assert_eq!(buffer.slots()[1], u64::from(1.5f32.to_bits()));
+        assert_eq!(buffer.slots()[2], (-2.0f64).to_bits());
+        assert_eq!(buffer.slots()[3], 1);
+    }
+
+    #[test]
+    fn params_point_at_each_slot() {
+        let mut buffer = ParamBuffer::default();
+        for i in 0..40u64 {
+            buffer.push_u64(i * 3);
+        }
+        let params = buffer.as_params();
+        for i in 0..40 {
+            // SAFETY: 40 pointers, each to a live u64 slot.
+            let value = unsafe { *(*params.add(i)).cast::<u64>() };
+            assert_eq!(value, i as u64 * 3);
+        }
+    }
+
+    #[test]
+    fn clearing_keeps_capacity() {
+        let mut buffer = ParamBuffer::with_capacity(4);
+        buffer.push_u64(1);
+        buffer.clear();
+        assert!(buffer.is_empty());
+        buffer.push_u64(2);
+        assert_eq!(buffer.slots(), &[2]);
+    }
+}
