@@ -1,1 +1,50 @@
+//! `fastlaunch._core`: the launch path in Rust. See `../../../DESIGN.md` of the
+//! project notes; Python (`python/fastlaunch`) is the public API over this module.
 
+mod classify;
+mod devices;
+mod dlpack;
+mod errors;
+mod kernel;
+mod plan;
+mod scalar;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("pyo3_version", pyo3_version())?;
+    m.add_class::<kernel::Kernel>()?;
+    m.add_class::<kernel::Launcher>()?;
+    m.add_class::<kernel::CompiledKernel>()?;
+    m.add_function(wrap_pyfunction!(kernel::classify, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::describe, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::pack, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::is_available, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::unavailable_reason, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::driver_version, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::device_name, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::device_uuid, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::device_pci_bus_id, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::device_total_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::device_attribute, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::device_attribute_names, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::compute_capability, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::select_device, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::current_device, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::current_context, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::primary_context, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::push_device, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::pop_device, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::memory_info, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::pointer_device, m)?)?;
+    Ok(())
+}
+
+fn pyo3_version() -> &'static str {
+    "0.30"
+}

@@ -1,0 +1,780 @@
+//! Argument classification: read each launch argument once, into a value the packer
+//! uses and a fingerprint byte string that fixes its numba type exactly.
+//!
+//! Python builtins are recognised by exact type pointer. Every other type is
+//! resolved once per thread to a [`Strategy`] (NumPy scalar, numba device array,
+//! CuPy array, DLPack C exchange API producer such as torch, generic CUDA Array
+//! Interface, generic `__dlpack__`), cached by type pointer; the type is held so the
+//! pointer cannot be reused.
+//!
+//! Fingerprint encoding, per argument:
+//! - scalar: one byte, the [`Scalar`] code;
+//! - array: `ARRAY_TAG`, element [`Scalar`] code, ndim, flags (layout | readonly).
+
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+use pyo3::exceptions::PyAttributeError;
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use smallvec::SmallVec;
+
+use crate::dlpack::{self, DLTensor, ExchangeApi};
+use crate::errors::{Error, Result};
+use crate::scalar::{Scalar, Value};
+
+pub const ARRAY_TAG: u8 = 0x80;
+pub const LAYOUT_C: u8 = 0;
+pub const LAYOUT_F: u8 = 1;
+pub const LAYOUT_A: u8 = 2;
+pub const READONLY_FLAG: u8 = 4;
+
+/// Arrays with more dimensions than this are refused (NumPy's own limit is 64).
+pub const MAX_NDIM: usize = 64;
+
+/// An array argument: what the packer needs. `dims_at` indexes the scratch's `dims`,
+/// where `ndim` shape values are followed by `ndim` byte strides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArrayArg {
+    pub data: u64,
+    pub itemsize: u64,
+    pub nitems: u64,
+    pub ndim: usize,
+    pub dims_at: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ArgValue {
+    Array(ArrayArg),
+    Scalar(Value),
+}
+
+/// Per-launch working memory, reused by each thread so a launch allocates nothing.
+#[derive(Default)]
+pub struct Scratch {
+    pub fingerprint: Vec<u8>,
+    pub values: Vec<ArgValue>,
+    pub dims: Vec<i64>,
+    pub params: fastlaunch_driver::ParamBuffer,
+    /// Objects that must live until the launch is submitted (DLPack capsules).
+    pub keepalive: Vec<Py<PyAny>>,
+}
+
+impl Scratch {
+    pub fn reset(&mut self) {
+        self.fingerprint.clear();
+        self.values.clear();
+        self.dims.clear();
+        self.params.clear();
+        self.keepalive.clear();
+    }
+}
+
+/// How arguments of one Python type are read.
+#[derive(Clone, Copy)]
+enum Strategy {
+    NumpyScalar(Scalar),
+    NumbaDeviceArray,
+    CupyArray,
+    Exchange(ExchangeApi),
+    CudaArrayInterface,
+    DLPack,
+}
+
+struct CachedType {
+    type_ptr: usize,
+    strategy: Strategy,
+    _class: Py<PyAny>,
+}
+
+struct CachedDtype {
+    dtype_ptr: usize,
+    scalar: Scalar,
+    _dtype: Py<PyAny>,
+}
+
+thread_local! {
+    static TYPES: RefCell<Vec<CachedType>> = const { RefCell::new(Vec::new()) };
+    static DTYPES: RefCell<Vec<CachedDtype>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Where an argument is, for error messages.
+#[derive(Clone, Copy)]
+pub struct Position<'a> {
+    pub index: usize,
+    pub name: &'a str,
+}
+
+impl Position<'_> {
+    pub fn error(&self, message: impl Into<String>) -> Error {
+        Error::Argument {
+            position: self.index,
+            name: self.name.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Reads one argument into `scratch`: its value and its fingerprint bytes.
+#[inline]
+pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let type_ptr = arg.get_type().as_ptr();
+    // SAFETY: reading the address of static builtin type objects.
+    unsafe {
+        if type_ptr == (&raw mut ffi::PyFloat_Type).cast() {
+            let value = ffi::PyFloat_AsDouble(arg.as_ptr());
+            return push_scalar(scratch, Scalar::F64, Value::Float(value));
+        }
+        if type_ptr == (&raw mut ffi::PyLong_Type).cast() {
+            return read_int(arg, at, scratch);
+        }
+        if type_ptr == (&raw mut ffi::PyBool_Type).cast() {
+            let value = arg.as_ptr() == ffi::Py_True();
+            return push_scalar(scratch, Scalar::Bool, Value::Bool(value));
+        }
+        if type_ptr == (&raw mut ffi::PyComplex_Type).cast() {
+            let re = ffi::PyComplex_RealAsDouble(arg.as_ptr());
+            let im = ffi::PyComplex_ImagAsDouble(arg.as_ptr());
+            return push_scalar(scratch, Scalar::C128, Value::Complex(re, im));
+        }
+    }
+    let strategy = strategy_for(arg, at)?;
+    match strategy {
+        Strategy::NumpyScalar(scalar) => {
+            let value = read_numpy_scalar(arg, scalar)?;
+            push_scalar(scratch, scalar, value)
+        }
+        Strategy::NumbaDeviceArray => read_numba_array(arg, at, scratch),
+        Strategy::CupyArray => read_cupy_array(arg, at, scratch),
+        Strategy::Exchange(api) => {
+            let mut tensor = DLTensor::empty();
+            // SAFETY: the API belongs to this object's type; the tensor is caller-owned.
+            let rc = unsafe { (api.from_py_object)(arg.as_ptr().cast(), &mut tensor) };
+            if rc != 0 {
+                let cause = PyErr::fetch(arg.py());
+                return Err(at.error(format!(
+                    "{} could not be exported through DLPack: {cause}",
+                    type_name(arg)
+                )));
+            }
+            push_dltensor(arg, &tensor, at, scratch)
+        }
+        Strategy::CudaArrayInterface => read_cai(arg, at, scratch),
+        Strategy::DLPack => read_dlpack(arg, at, scratch),
+    }
+}
+
+#[inline]
+fn push_scalar(scratch: &mut Scratch, scalar: Scalar, value: Value) -> Result<()> {
+    scratch.fingerprint.push(scalar as u8);
+    scratch.values.push(ArgValue::Scalar(value));
+    Ok(())
+}
+
+fn read_int(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let mut overflow = 0;
+    // SAFETY: `arg` is an exact int.
+    let value = unsafe { ffi::PyLong_AsLongLongAndOverflow(arg.as_ptr(), &mut overflow) };
+    if overflow == 0 {
+        return push_scalar(scratch, Scalar::I64, Value::Int(i128::from(value)));
+    }
+    // numba types ints above int64 that fit 64 bits unsigned as uint64.
+    match arg.extract::<u64>() {
+        Ok(unsigned) => push_scalar(scratch, Scalar::U64, Value::Int(i128::from(unsigned))),
+        Err(_) => Err(at.error(format!("int value is too large for 64 bits: {arg}"))),
+    }
+}
+
+fn type_name(arg: &Bound<'_, PyAny>) -> String {
+    let class = arg.get_type();
+    match (class.module(), class.qualname()) {
+        (Ok(module), Ok(name)) if module != "builtins" => format!("{module}.{name}"),
+        (_, Ok(name)) => name.to_string(),
+        _ => "object".into(),
+    }
+}
+
+fn strategy_for(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy> {
+    let type_ptr = arg.get_type().as_ptr() as usize;
+    let cached = TYPES.with(|types| {
+        types
+            .borrow()
+            .iter()
+            .find(|t| t.type_ptr == type_ptr)
+            .map(|t| t.strategy)
+    });
+    if let Some(strategy) = cached {
+        return Ok(strategy);
+    }
+    let strategy = resolve_strategy(arg, at)?;
+    TYPES.with(|types| {
+        types.borrow_mut().push(CachedType {
+            type_ptr,
+            strategy,
+            _class: arg.get_type().into_any().unbind(),
+        })
+    });
+    Ok(strategy)
+}
+
+fn numpy_generic(py: Python<'_>) -> Option<Bound<'_, PyAny>> {
+    py.import("numpy").and_then(|np| np.getattr("generic")).ok()
+}
+
+fn class_has(class: &Bound<'_, PyAny>, name: &str) -> bool {
+    class.hasattr(name).unwrap_or(false)
+}
+
+/// Decides how to read a type never seen before on this thread.
+#[cold]
+fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy> {
+    let py = arg.py();
+    let class = arg.get_type().into_any();
+    if let Some(generic) = numpy_generic(py) {
+        if arg.is_instance(&generic)? {
+            let dtype = arg.getattr(intern!(py, "dtype"))?;
+            return match dtype_scalar(&dtype)? {
+                Some(scalar) => Ok(Strategy::NumpyScalar(scalar)),
+                None => Err(at.error(format!("NumPy scalars of dtype {dtype} are not supported"))),
+            };
+        }
+    }
+    if class
+        .getattr("__cuda_ndarray__")
+        .is_ok_and(|v| v.is_truthy().unwrap_or(false))
+        && class_has(&class, "gpu_data")
+    {
+        return Ok(Strategy::NumbaDeviceArray);
+    }
+    if let Some(api) = dlpack::exchange_api(&class) {
+        return Ok(Strategy::Exchange(api));
+    }
+    let module = arg
+        .get_type()
+        .module()
+        .map(|m| m.to_string())
+        .unwrap_or_default();
+    if module.starts_with("cupy")
+        && class_has(&class, "__cuda_array_interface__")
+        && class_has(&class, "data")
+    {
+        return Ok(Strategy::CupyArray);
+    }
+    if class_has(&class, "__cuda_array_interface__") {
+        return Ok(Strategy::CudaArrayInterface);
+    }
+    if class_has(&class, "__dlpack__") && class_has(&class, "__dlpack_device__") {
+        return Ok(Strategy::DLPack);
+    }
+    let hint = if module == "numpy" {
+        "a host NumPy array; copy it to the device first (numba.cuda.to_device, cupy.asarray, \
+         torch.as_tensor(..., device='cuda'))"
+            .to_owned()
+    } else {
+        format!(
+            "{} is not a supported kernel argument (expected a device array with \
+             __cuda_array_interface__ or __dlpack__, or a bool, int, float, complex or NumPy scalar)",
+            type_name(arg)
+        )
+    };
+    Err(at.error(hint))
+}
+
+/// The element type of a NumPy dtype object, cached per dtype object.
+fn dtype_scalar(dtype: &Bound<'_, PyAny>) -> Result<Option<Scalar>> {
+    let dtype_ptr = dtype.as_ptr() as usize;
+    let cached = DTYPES.with(|dtypes| {
+        dtypes
+            .borrow()
+            .iter()
+            .find(|d| d.dtype_ptr == dtype_ptr)
+            .map(|d| d.scalar)
+    });
+    if cached.is_some() {
+        return Ok(cached);
+    }
+    let typestr: String = dtype.getattr(intern!(dtype.py(), "str"))?.extract()?;
+    let scalar = Scalar::from_typestr(&typestr);
+    if let Some(scalar) = scalar {
+        DTYPES.with(|dtypes| {
+            dtypes.borrow_mut().push(CachedDtype {
+                dtype_ptr,
+                scalar,
+                _dtype: dtype.clone().unbind(),
+            })
+        });
+    }
+    Ok(scalar)
+}
+
+/// Whether NumPy scalar objects store their value right after the object header
+/// (NumPy's `Py<Type>ScalarObject { PyObject_HEAD; obval; }`), checked once.
+fn numpy_scalar_layout_known(py: Python<'_>) -> bool {
+    static KNOWN: OnceLock<bool> = OnceLock::new();
+    *KNOWN.get_or_init(|| {
+        let probe = || -> PyResult<bool> {
+            let np = py.import("numpy")?;
+            let f = np.getattr("float64")?.call1((1.25f64,))?;
+            let i = np.getattr("int16")?.call1((-3i64,))?;
+            // SAFETY: both objects are NumPy scalars, which are larger than a PyObject
+            // header plus 8 bytes; we only read within them.
+            let (fv, iv) = unsafe { (read_after_header::<f64>(&f), read_after_header::<i16>(&i)) };
+            Ok(fv == 1.25 && iv == -3)
+        };
+        probe().unwrap_or(false)
+    })
+}
+
+/// # Safety
+/// `obj` must be a NumPy scalar whose value is a `T` right after the object header.
+unsafe fn read_after_header<T: Copy>(obj: &Bound<'_, PyAny>) -> T {
+    let base = obj.as_ptr().cast::<u8>();
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        base.add(std::mem::size_of::<ffi::PyObject>())
+            .cast::<T>()
+            .read_unaligned()
+    }
+}
+
+fn read_numpy_scalar(arg: &Bound<'_, PyAny>, scalar: Scalar) -> Result<Value> {
+    if numpy_scalar_layout_known(arg.py()) {
+        // SAFETY: the strategy was chosen because `arg` is a NumPy scalar of dtype `scalar`,
+        // whose value follows the header (checked once above).
+        let value = unsafe {
+            match scalar {
+                Scalar::Bool => Value::Bool(read_after_header::<u8>(arg) != 0),
+                Scalar::I8 => Value::Int(read_after_header::<i8>(arg).into()),
+                Scalar::I16 => Value::Int(read_after_header::<i16>(arg).into()),
+                Scalar::I32 => Value::Int(read_after_header::<i32>(arg).into()),
+                Scalar::I64 => Value::Int(read_after_header::<i64>(arg).into()),
+                Scalar::U8 => Value::Int(read_after_header::<u8>(arg).into()),
+                Scalar::U16 => Value::Int(read_after_header::<u16>(arg).into()),
+                Scalar::U32 => Value::Int(read_after_header::<u32>(arg).into()),
+                Scalar::U64 => Value::Int(read_after_header::<u64>(arg).into()),
+                Scalar::F16 => Value::Half(read_after_header::<u16>(arg)),
+                Scalar::F32 => Value::Float(read_after_header::<f32>(arg).into()),
+                Scalar::F64 => Value::Float(read_after_header::<f64>(arg)),
+                Scalar::C64 => {
+                    let [re, im] = read_after_header::<[f32; 2]>(arg);
+                    Value::Complex(re.into(), im.into())
+                }
+                Scalar::C128 => {
+                    let [re, im] = read_after_header::<[f64; 2]>(arg);
+                    Value::Complex(re, im)
+                }
+            }
+        };
+        return Ok(value);
+    }
+    // Unknown layout: ask Python.
+    let item = arg.call_method0("item")?;
+    Ok(match scalar {
+        Scalar::Bool => Value::Bool(item.extract()?),
+        Scalar::F16 => Value::Half(crate::scalar::f64_to_half(item.extract()?)),
+        Scalar::F32 | Scalar::F64 => Value::Float(item.extract()?),
+        Scalar::C64 | Scalar::C128 => {
+            let c: num_complex_free::Complex = item.extract()?;
+            Value::Complex(c.re, c.im)
+        }
+        _ => Value::Int(item.extract()?),
+    })
+}
+
+mod num_complex_free {
+    use pyo3::prelude::*;
+    use pyo3::types::PyComplex;
+
+    /// A Python complex read without the num-complex crate.
+    pub struct Complex {
+        pub re: f64,
+        pub im: f64,
+    }
+
+    impl<'a, 'py> FromPyObject<'a, 'py> for Complex {
+        type Error = PyErr;
+        fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+            let c = obj.cast::<PyComplex>()?;
+            Ok(Complex {
+                re: c.real(),
+                im: c.imag(),
+            })
+        }
+    }
+}
+
+/// Appends an array's shape and byte strides to the scratch, computes its layout,
+/// and records value and fingerprint.
+#[allow(clippy::too_many_arguments)]
+fn push_array(
+    scratch: &mut Scratch,
+    at: Position<'_>,
+    data: u64,
+    scalar: Scalar,
+    shape: impl ExactSizeIterator<Item = i64>,
+    strides: Option<impl ExactSizeIterator<Item = i64>>,
+    readonly: bool,
+) -> Result<()> {
+    let ndim = shape.len();
+    if ndim > MAX_NDIM {
+        return Err(at.error(format!(
+            "arrays of {ndim} dimensions are not supported (at most {MAX_NDIM})"
+        )));
+    }
+    let itemsize = scalar.itemsize() as i64;
+    let dims_at = scratch.dims.len();
+    let mut nitems: i64 = 1;
+    for extent in shape {
+        if extent < 0 {
+            return Err(at.error(format!("array shape has a negative extent {extent}")));
+        }
+        nitems = nitems
+            .checked_mul(extent)
+            .ok_or_else(|| at.error("array shape overflows 64 bits"))?;
+        scratch.dims.push(extent);
+    }
+    match strides {
+        Some(strides) => {
+            if strides.len() != ndim {
+                scratch.dims.truncate(dims_at);
+                return Err(at.error(format!(
+                    "array has {ndim} dimensions but {} strides",
+                    strides.len()
+                )));
+            }
+            scratch.dims.extend(strides);
+        }
+        None => {
+            // C-contiguous strides.
+            scratch.dims.resize(dims_at + 2 * ndim, 0);
+            let mut stride = itemsize;
+            for d in (0..ndim).rev() {
+                scratch.dims[dims_at + ndim + d] = stride;
+                stride = stride.saturating_mul(scratch.dims[dims_at + d].max(1));
+            }
+        }
+    }
+    let (shape, strides) = scratch.dims[dims_at..].split_at(ndim);
+    let layout = layout_of(shape, strides, itemsize);
+    scratch.fingerprint.extend_from_slice(&[
+        ARRAY_TAG,
+        scalar as u8,
+        ndim as u8,
+        layout | if readonly { READONLY_FLAG } else { 0 },
+    ]);
+    scratch.values.push(ArgValue::Array(ArrayArg {
+        data,
+        itemsize: itemsize as u64,
+        nitems: nitems as u64,
+        ndim,
+        dims_at,
+    }));
+    Ok(())
+}
+
+/// numba's layout for an array: 'C' if C-contiguous, else 'F' if Fortran-contiguous,
+/// else 'A'. Extents of 1 place no constraint on their stride; an empty array is
+/// contiguous. A zero stride on a non-empty array (broadcast) is always 'A'.
+pub fn layout_of(shape: &[i64], strides: &[i64], itemsize: i64) -> u8 {
+    if shape.contains(&0) {
+        return LAYOUT_C;
+    }
+    let contiguous = |order: &mut dyn Iterator<Item = usize>| {
+        let mut expected = itemsize;
+        for d in order {
+            if shape[d] != 1 && strides[d] != expected {
+                return false;
+            }
+            expected *= shape[d];
+        }
+        true
+    };
+    if contiguous(&mut (0..shape.len()).rev()) {
+        LAYOUT_C
+    } else if contiguous(&mut (0..shape.len())) {
+        LAYOUT_F
+    } else {
+        LAYOUT_A
+    }
+}
+
+fn int_tuple<'py>(
+    obj: &Bound<'py, PyAny>,
+    what: &str,
+    at: Position<'_>,
+) -> Result<Bound<'py, PyTuple>> {
+    obj.cast::<PyTuple>().cloned().map_err(|_| {
+        at.error(format!(
+            "{what} must be a tuple of ints, got {}",
+            type_name(obj)
+        ))
+    })
+}
+
+fn tuple_ints<'a>(
+    tuple: &'a Bound<'_, PyTuple>,
+    what: &'a str,
+    at: Position<'a>,
+) -> Result<Vec<i64>> {
+    tuple
+        .iter()
+        .map(|v| {
+            v.extract::<i64>()
+                .map_err(|_| at.error(format!("{what} must be a tuple of ints, got {tuple}")))
+        })
+        .collect()
+}
+
+fn element_type(dtype: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Scalar> {
+    dtype_scalar(dtype)?
+        .ok_or_else(|| at.error(format!("arrays of dtype {dtype} are not supported")))
+}
+
+/// Reads `shape` and `strides` attributes (tuples of ints) and pushes the array.
+fn push_from_attributes(
+    arg: &Bound<'_, PyAny>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+    data: u64,
+    scalar: Scalar,
+) -> Result<()> {
+    let py = arg.py();
+    let read = |name: &Bound<'_, pyo3::types::PyString>,
+                what: &str|
+     -> Result<SmallVec<[i64; 8]>> {
+        let tuple = int_tuple(&arg.getattr(name)?, what, at)?;
+        tuple
+            .iter()
+            .map(|v| {
+                v.extract::<i64>()
+                    .map_err(|_| at.error(format!("{what} must be a tuple of ints, got {tuple}")))
+            })
+            .collect()
+    };
+    let shape = read(intern!(py, "shape"), "shape")?;
+    let strides = read(intern!(py, "strides"), "strides")?;
+    push_array(
+        scratch,
+        at,
+        data,
+        scalar,
+        shape.into_iter(),
+        Some(strides.into_iter()),
+        false,
+    )
+}
+
+fn read_numba_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let py = arg.py();
+    let scalar = element_type(&arg.getattr(intern!(py, "dtype"))?, at)?;
+    let pointer = arg
+        .getattr(intern!(py, "gpu_data"))?
+        .getattr(intern!(py, "device_ctypes_pointer"))?
+        .getattr(intern!(py, "value"))?;
+    let data: u64 = if pointer.is_none() {
+        0
+    } else {
+        pointer.extract()?
+    };
+    push_from_attributes(arg, at, scratch, data, scalar)
+}
+
+fn read_cupy_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let py = arg.py();
+    let scalar = element_type(&arg.getattr(intern!(py, "dtype"))?, at)?;
+    let data: u64 = arg
+        .getattr(intern!(py, "data"))?
+        .getattr(intern!(py, "ptr"))?
+        .extract()?;
+    push_from_attributes(arg, at, scratch, data, scalar)
+}
+
+fn push_dltensor(
+    arg: &Bound<'_, PyAny>,
+    tensor: &DLTensor,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let device = tensor.device.device_type;
+    if !matches!(
+        device,
+        dlpack::KDL_CUDA | dlpack::KDL_CUDA_MANAGED | dlpack::KDL_CUDA_HOST
+    ) {
+        return Err(at.error(format!(
+            "{} is not in CUDA memory (DLPack device type {device}); move it to the GPU first",
+            type_name(arg)
+        )));
+    }
+    let dtype = tensor.dtype;
+    let scalar = Scalar::from_dlpack(dtype.code, dtype.bits, dtype.lanes).ok_or_else(|| {
+        at.error(format!(
+            "{} has DLPack dtype (code {}, bits {}, lanes {}), which numba kernels cannot take",
+            type_name(arg),
+            dtype.code,
+            dtype.bits,
+            dtype.lanes
+        ))
+    })?;
+    let ndim =
+        usize::try_from(tensor.ndim).map_err(|_| at.error("DLPack tensor has negative ndim"))?;
+    if ndim > 0 && tensor.shape.is_null() {
+        return Err(at.error("DLPack tensor has no shape"));
+    }
+    // SAFETY: per the module invariants, shape has ndim values and strides is null or has
+    // ndim values, valid while `arg` (held by the caller) lives.
+    let shape: &[i64] = if ndim == 0 {
+        &[]
+    } else {
+        unsafe { std::slice::from_raw_parts(tensor.shape, ndim) }
+    };
+    let strides: Option<&[i64]> = if tensor.strides.is_null() || ndim == 0 {
+        None
+    } else {
+        // SAFETY: as above.
+        Some(unsafe { std::slice::from_raw_parts(tensor.strides, ndim) })
+    };
+    let itemsize = scalar.itemsize() as i64;
+    let data = (tensor.data as u64).wrapping_add(tensor.byte_offset);
+    push_array(
+        scratch,
+        at,
+        data,
+        scalar,
+        shape.iter().copied(),
+        strides.map(|s| s.iter().map(move |elements| elements * itemsize)),
+        false,
+    )
+}
+
+fn read_dlpack(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let py = arg.py();
+    let kwargs = PyDict::new(py);
+    // The legacy default stream (1): launches go there unless the streams issue's
+    // ordering rules say otherwise.
+    kwargs.set_item("stream", 1)?;
+    let capsule = arg
+        .call_method(intern!(py, "__dlpack__"), (), Some(&kwargs))
+        .map_err(|e| at.error(format!("{}.__dlpack__() failed: {e}", type_name(arg))))?;
+    let tensor = dlpack::tensor_from_capsule(&capsule).ok_or_else(|| {
+        at.error(format!(
+            "{}.__dlpack__() did not return a DLPack capsule",
+            type_name(arg)
+        ))
+    })?;
+    scratch.keepalive.push(capsule.unbind());
+    push_dltensor(arg, &tensor, at, scratch)
+}
+
+fn read_cai(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let py = arg.py();
+    let interface = match arg.getattr(intern!(py, "__cuda_array_interface__")) {
+        Ok(interface) => interface,
+        Err(e) if e.is_instance_of::<PyAttributeError>(py) => {
+            return Err(at.error(format!(
+                "{}.__cuda_array_interface__ failed: {e}",
+                type_name(arg)
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let cai = interface
+        .cast::<PyDict>()
+        .map_err(|_| at.error("__cuda_array_interface__ must be a dict"))?;
+    let get = |key: &str| -> Result<Bound<'_, PyAny>> {
+        cai.get_item(key)?.ok_or_else(|| {
+            at.error(format!(
+                "__cuda_array_interface__ lacks the required key '{key}'"
+            ))
+        })
+    };
+    if let Some(mask) = cai.get_item("mask")? {
+        if !mask.is_none() {
+            return Err(
+                at.error("masked arrays (__cuda_array_interface__ 'mask') are not supported")
+            );
+        }
+    }
+    let typestr: String = get("typestr")?
+        .extract()
+        .map_err(|_| at.error("__cuda_array_interface__ 'typestr' must be a str"))?;
+    let scalar = Scalar::from_typestr(&typestr).ok_or_else(|| {
+        at.error(format!(
+            "__cuda_array_interface__ typestr {typestr:?} is not supported"
+        ))
+    })?;
+    let (data, readonly): (u64, bool) = get("data")?.extract().map_err(|_| {
+        at.error("__cuda_array_interface__ 'data' must be a (pointer, read-only) tuple")
+    })?;
+    let shape = tuple_ints(&int_tuple(&get("shape")?, "shape", at)?, "shape", at)?;
+    let strides = match cai.get_item("strides")? {
+        Some(s) if !s.is_none() => Some(tuple_ints(&int_tuple(&s, "strides", at)?, "strides", at)?),
+        _ => None,
+    };
+    if let Some(strides) = &strides {
+        if strides.len() != shape.len() {
+            return Err(at.error(format!(
+                "__cuda_array_interface__ has {} dimensions but {} strides",
+                shape.len(),
+                strides.len()
+            )));
+        }
+    }
+    let nonempty = !shape.contains(&0);
+    if data == 0 && nonempty && shape.iter().product::<i64>() > 0 {
+        return Err(
+            at.error("__cuda_array_interface__ has a null data pointer for a non-empty array")
+        );
+    }
+    push_array(
+        scratch,
+        at,
+        data,
+        scalar,
+        shape.into_iter(),
+        strides.map(Vec::into_iter),
+        readonly,
+    )
+}
+
+/// A fingerprint decoded into Python descriptors, which Python turns into numba
+/// types: `("array", dtype, ndim, layout, readonly)` or `("scalar", numba name)`.
+pub fn describe<'py>(py: Python<'py>, fingerprint: &[u8]) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < fingerprint.len() {
+        let tag = fingerprint[i];
+        if tag == ARRAY_TAG && i + 3 < fingerprint.len() {
+            let scalar = Scalar::from_code(fingerprint[i + 1]).ok_or_else(bad_fingerprint)?;
+            let flags = fingerprint[i + 3];
+            let layout = match flags & 3 {
+                LAYOUT_C => "C",
+                LAYOUT_F => "F",
+                _ => "A",
+            };
+            out.push(PyTuple::new(
+                py,
+                [
+                    "array".into_pyobject(py)?.into_any(),
+                    scalar.numpy_name().into_pyobject(py)?.into_any(),
+                    fingerprint[i + 2].into_pyobject(py)?.into_any(),
+                    layout.into_pyobject(py)?.into_any(),
+                    pyo3::types::PyBool::new(py, flags & READONLY_FLAG != 0)
+                        .to_owned()
+                        .into_any(),
+                ],
+            )?);
+            i += 4;
+        } else {
+            let scalar = Scalar::from_code(tag).ok_or_else(bad_fingerprint)?;
+            out.push(PyTuple::new(py, ["scalar", scalar.numba_name()])?);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+fn bad_fingerprint() -> PyErr {
+    pyo3::exceptions::PyValueError::new_err("malformed fingerprint")
+}

@@ -1,0 +1,218 @@
+//! Devices and contexts for Python: thin functions over the driver layer.
+
+use std::sync::OnceLock;
+
+use fastlaunch_driver::context::attribute;
+use fastlaunch_driver::{Driver, Error as DriverError};
+use pyo3::prelude::*;
+
+use crate::errors::{Error, Result};
+
+/// The driver, or the reason there is none.
+#[inline]
+pub fn driver() -> Result<&'static Driver> {
+    Driver::get().map_err(Error::from)
+}
+
+/// Compute capability of each device as `major * 10 + minor`, read once.
+pub fn compute_capability_code(driver: &'static Driver, ordinal: usize) -> Result<u32> {
+    static CODES: OnceLock<std::result::Result<Vec<u32>, DriverError>> = OnceLock::new();
+    let codes = CODES
+        .get_or_init(|| {
+            (0..driver.device_count())
+                .map(|i| {
+                    driver
+                        .compute_capability(i)
+                        .map(|(major, minor)| (major * 10 + minor) as u32)
+                })
+                .collect()
+        })
+        .as_ref()
+        .map_err(|e| Error::Driver(e.clone()))?;
+    codes
+        .get(ordinal)
+        .copied()
+        .ok_or_else(|| Error::Index(format!("no device {ordinal}")))
+}
+
+fn checked_ordinal(driver: &Driver, ordinal: i64) -> Result<usize> {
+    usize::try_from(ordinal)
+        .ok()
+        .filter(|&o| o < driver.device_count())
+        .ok_or_else(|| {
+            Error::Index(format!(
+                "device {ordinal} does not exist: there are {} CUDA devices",
+                driver.device_count()
+            ))
+        })
+}
+
+/// Whether a CUDA driver and at least one device are usable.
+#[pyfunction]
+pub fn is_available() -> bool {
+    Driver::get().is_ok()
+}
+
+/// Why CUDA is unusable, or `None` when it is usable.
+#[pyfunction]
+pub fn unavailable_reason() -> Option<String> {
+    Driver::get().err().map(|e| e.to_string())
+}
+
+/// The driver's CUDA version as `(major, minor)`.
+#[pyfunction]
+pub fn driver_version() -> PyResult<(i32, i32)> {
+    let version = driver()?.version();
+    Ok((version / 1000, (version % 1000) / 10))
+}
+
+#[pyfunction]
+pub fn device_count() -> PyResult<usize> {
+    Ok(driver()?.device_count())
+}
+
+#[pyfunction]
+pub fn device_name(ordinal: i64) -> PyResult<String> {
+    let driver = driver()?;
+    Ok(driver
+        .device_name(checked_ordinal(driver, ordinal)?)
+        .map_err(Error::from)?)
+}
+
+/// The device UUID in the `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` form nvidia-smi prints.
+#[pyfunction]
+pub fn device_uuid(ordinal: i64) -> PyResult<String> {
+    let driver = driver()?;
+    let bytes = driver
+        .device_uuid(checked_ordinal(driver, ordinal)?)
+        .map_err(Error::from)?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    ))
+}
+
+#[pyfunction]
+pub fn device_pci_bus_id(ordinal: i64) -> PyResult<String> {
+    let driver = driver()?;
+    Ok(driver
+        .device_pci_bus_id(checked_ordinal(driver, ordinal)?)
+        .map_err(Error::from)?)
+}
+
+#[pyfunction]
+pub fn device_total_memory(ordinal: i64) -> PyResult<usize> {
+    let driver = driver()?;
+    Ok(driver
+        .device_total_memory(checked_ordinal(driver, ordinal)?)
+        .map_err(Error::from)?)
+}
+
+/// A `CU_DEVICE_ATTRIBUTE_*` value by name (case-insensitive, prefix optional).
+#[pyfunction]
+pub fn device_attribute(ordinal: i64, name: &str) -> PyResult<i32> {
+    let number = attribute::by_name(name).ok_or_else(|| {
+        pyo3::exceptions::PyAttributeError::new_err(format!("unknown device attribute {name:?}"))
+    })?;
+    let driver = driver()?;
+    Ok(driver
+        .device_attribute(checked_ordinal(driver, ordinal)?, number)
+        .map_err(Error::from)?)
+}
+
+/// The names `device_attribute` accepts.
+#[pyfunction]
+pub fn device_attribute_names() -> Vec<&'static str> {
+    attribute::BY_NAME.iter().map(|(name, _)| *name).collect()
+}
+
+#[pyfunction]
+pub fn compute_capability(ordinal: i64) -> PyResult<(i32, i32)> {
+    let driver = driver()?;
+    Ok(driver
+        .compute_capability(checked_ordinal(driver, ordinal)?)
+        .map_err(Error::from)?)
+}
+
+/// Makes device `ordinal`'s primary context current on this thread.
+#[pyfunction]
+pub fn select_device(ordinal: i64) -> PyResult<()> {
+    let driver = driver()?;
+    driver
+        .select_device(checked_ordinal(driver, ordinal)?)
+        .map_err(Error::from)?;
+    Ok(())
+}
+
+/// The device of this thread's current context, or `None` when it has none.
+#[pyfunction]
+pub fn current_device() -> PyResult<Option<usize>> {
+    Ok(driver()?.current_device().map_err(Error::from)?)
+}
+
+/// The thread's current context handle as an int, or `None`.
+#[pyfunction]
+pub fn current_context() -> PyResult<Option<usize>> {
+    Ok(driver()?
+        .current_context()
+        .map_err(Error::from)?
+        .map(|c| c.address()))
+}
+
+/// The primary context handle of device `ordinal`, retained on first use.
+#[pyfunction]
+pub fn primary_context(ordinal: i64) -> PyResult<usize> {
+    let driver = driver()?;
+    Ok(driver
+        .primary_context(checked_ordinal(driver, ordinal)?)
+        .map_err(Error::from)?
+        .address())
+}
+
+/// Pushes device `ordinal`'s primary context on this thread's stack.
+#[pyfunction]
+pub fn push_device(ordinal: i64) -> PyResult<()> {
+    let driver = driver()?;
+    let context = driver
+        .primary_context(checked_ordinal(driver, ordinal)?)
+        .map_err(Error::from)?;
+    driver.push_context(context).map_err(Error::from)?;
+    Ok(())
+}
+
+/// Pops this thread's current context; returns its device, or `None` if the stack was empty.
+#[pyfunction]
+pub fn pop_device() -> PyResult<Option<usize>> {
+    let driver = driver()?;
+    let before = driver.current_device().map_err(Error::from)?;
+    driver.pop_context().map_err(Error::from)?;
+    Ok(before)
+}
+
+/// Waits for all work in the thread's current context (device 0's if none).
+#[pyfunction]
+pub fn synchronize(py: Python<'_>) -> PyResult<()> {
+    let driver = driver()?;
+    driver.launch_context().map_err(Error::from)?;
+    py.detach(|| driver.synchronize()).map_err(Error::from)?;
+    Ok(())
+}
+
+/// `(free, total)` bytes of the current context's device.
+#[pyfunction]
+pub fn memory_info() -> PyResult<(usize, usize)> {
+    let driver = driver()?;
+    driver.launch_context().map_err(Error::from)?;
+    Ok(driver.memory_info().map_err(Error::from)?)
+}
+
+/// The device that owns a device pointer, or `None` if the driver does not know it.
+#[pyfunction]
+pub fn pointer_device(pointer: u64) -> PyResult<Option<usize>> {
+    Ok(driver()?.pointer_device(pointer))
+}

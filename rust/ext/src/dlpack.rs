@@ -1,0 +1,167 @@
+//! DLPack's C structures (dlpack.h v1.3) and the two ways we read a tensor:
+//! the C exchange API (`type(x).__dlpack_c_exchange_api__`, no Python call per
+//! tensor) and the `__dlpack__()` capsule.
+//!
+//! Invariants for the `unsafe` reads here: a `DLTensor` filled by a producer is
+//! valid while the producing object (or capsule) is alive, which the caller
+//! guarantees by holding it until the launch has been submitted; `shape` points
+//! to `ndim` values and `strides` is null or points to `ndim` values.
+
+use std::ffi::{c_int, c_void, CStr};
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DLDevice {
+    pub device_type: i32,
+    pub device_id: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DLDataType {
+    pub code: u8,
+    pub bits: u8,
+    pub lanes: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DLTensor {
+    pub data: *mut c_void,
+    pub device: DLDevice,
+    pub ndim: i32,
+    pub dtype: DLDataType,
+    pub shape: *mut i64,
+    pub strides: *mut i64,
+    pub byte_offset: u64,
+}
+
+impl DLTensor {
+    pub fn empty() -> DLTensor {
+        DLTensor {
+            data: std::ptr::null_mut(),
+            device: DLDevice {
+                device_type: 0,
+                device_id: 0,
+            },
+            ndim: 0,
+            dtype: DLDataType {
+                code: 0,
+                bits: 0,
+                lanes: 0,
+            },
+            shape: std::ptr::null_mut(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        }
+    }
+}
+
+#[repr(C)]
+pub struct DLManagedTensor {
+    pub dl_tensor: DLTensor,
+    pub manager_ctx: *mut c_void,
+    pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+#[repr(C)]
+pub struct DLPackVersion {
+    pub major: u32,
+    pub minor: u32,
+}
+
+#[repr(C)]
+pub struct DLPackExchangeAPIHeader {
+    pub version: DLPackVersion,
+    pub prev_api: *const DLPackExchangeAPIHeader,
+}
+
+pub type DLTensorFromPyObject = unsafe extern "C" fn(*mut c_void, *mut DLTensor) -> c_int;
+pub type CurrentWorkStream = unsafe extern "C" fn(i32, i32, *mut *mut c_void) -> c_int;
+
+#[repr(C)]
+pub struct DLPackExchangeAPI {
+    pub header: DLPackExchangeAPIHeader,
+    pub managed_tensor_allocator: *const c_void,
+    pub managed_tensor_from_py_object_no_sync: *const c_void,
+    pub managed_tensor_to_py_object_no_sync: *const c_void,
+    pub dltensor_from_py_object_no_sync: Option<DLTensorFromPyObject>,
+    pub current_work_stream: Option<CurrentWorkStream>,
+}
+
+pub const KDL_CUDA: i32 = 2;
+pub const KDL_CUDA_HOST: i32 = 3;
+pub const KDL_CUDA_MANAGED: i32 = 13;
+
+/// The exchange API's tensor reader, found through a type's
+/// `__dlpack_c_exchange_api__` capsule (major version 1), if it offers one.
+#[derive(Clone, Copy)]
+pub struct ExchangeApi {
+    pub from_py_object: DLTensorFromPyObject,
+}
+
+// SAFETY: plain function pointers into a producer library that stays loaded while its
+// type lives (the type cache holds the type).
+unsafe impl Send for ExchangeApi {}
+
+const EXCHANGE_CAPSULE: &CStr = c"dlpack_exchange_api";
+
+pub fn exchange_api(class: &Bound<'_, PyAny>) -> Option<ExchangeApi> {
+    let capsule = class.getattr("__dlpack_c_exchange_api__").ok()?;
+    // SAFETY: PyCapsule_GetPointer checks the name; null (with an exception set) on mismatch.
+    let mut header =
+        unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), EXCHANGE_CAPSULE.as_ptr()) }
+            as *const DLPackExchangeAPIHeader;
+    if header.is_null() {
+        // SAFETY: clear the name-mismatch exception we just caused.
+        unsafe { ffi::PyErr_Clear() };
+        return None;
+    }
+    // Walk to the newest API of major version 1.
+    while !header.is_null() {
+        // SAFETY: the capsule points at a DLPackExchangeAPI whose header chain is valid.
+        let this = unsafe { &*header };
+        if this.version.major == 1 {
+            // SAFETY: a version-1 header begins a full DLPackExchangeAPI struct.
+            let api = unsafe { &*(header as *const DLPackExchangeAPI) };
+            return api
+                .dltensor_from_py_object_no_sync
+                .map(|from_py_object| ExchangeApi { from_py_object });
+        }
+        header = this.prev_api;
+    }
+    None
+}
+
+const LEGACY_CAPSULE: &CStr = c"dltensor";
+
+/// The `DLTensor` inside a `__dlpack__()` capsule (named "dltensor"); the capsule must
+/// outlive every use of the returned copy's pointers.
+pub fn tensor_from_capsule(capsule: &Bound<'_, PyAny>) -> Option<DLTensor> {
+    // SAFETY: PyCapsule_GetPointer checks the name; null (with an exception set) on mismatch.
+    let managed = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), LEGACY_CAPSULE.as_ptr()) }
+        as *const DLManagedTensor;
+    if managed.is_null() {
+        // SAFETY: clear the name-mismatch exception.
+        unsafe { ffi::PyErr_Clear() };
+        return None;
+    }
+    // SAFETY: a "dltensor" capsule holds a valid DLManagedTensor while it lives.
+    Some(unsafe { (*managed).dl_tensor })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn struct_sizes_match_dlpack_h() {
+        assert_eq!(std::mem::size_of::<DLTensor>(), 48);
+        assert_eq!(std::mem::size_of::<DLManagedTensor>(), 64);
+        assert_eq!(std::mem::size_of::<DLPackExchangeAPIHeader>(), 16);
+        assert_eq!(std::mem::size_of::<DLPackExchangeAPI>(), 56);
+    }
+}

@@ -1,0 +1,600 @@
+//! Kernels, their overload tables, launch configurations, and the launch hot path.
+//!
+//! `kernel[grid, block, stream, shmem]` builds a frozen [`Launcher`]; calling it
+//! classifies the arguments, finds the overload by fingerprint (last hit first, in a
+//! lock-free table), finds the thread's context, packs the parameters into a reused
+//! per-thread buffer, and calls `cuLaunchKernel`. Python runs only on a miss: the
+//! Python subclass's `_on_miss` types the arguments with numba, compiles, and calls
+//! `_register`.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwap;
+use fastlaunch_driver::{self as driver, KernelAttribute, LaunchDims, Library};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::{ffi, intern};
+
+use crate::classify::{describe as describe_fingerprint, read_arg, Position, Scratch};
+use crate::devices::{compute_capability_code, driver};
+use crate::errors::{Error, Result};
+use crate::plan::Plan;
+
+/// A compiled kernel image, loaded once with the library API (context-independent).
+pub struct CompiledCode {
+    _library: Library,
+    kernel: driver::Kernel,
+    cooperative: bool,
+    entry: String,
+}
+
+/// Python's handle to a loaded kernel image, shared by every overload it serves.
+#[pyclass(frozen, module = "fastlaunch._core")]
+pub struct CompiledKernel {
+    code: Arc<CompiledCode>,
+}
+
+#[pymethods]
+impl CompiledKernel {
+    /// Loads `image` (a linked cubin) and finds `entry` in it.
+    #[new]
+    #[pyo3(signature = (image, entry, cooperative = false))]
+    fn new(
+        py: Python<'_>,
+        image: &[u8],
+        entry: &str,
+        cooperative: bool,
+    ) -> PyResult<CompiledKernel> {
+        let driver = driver()?;
+        let library = py
+            .detach(|| Library::load(driver, image))
+            .map_err(Error::from)?;
+        let kernel = library.kernel(entry).map_err(Error::from)?;
+        Ok(CompiledKernel {
+            code: Arc::new(CompiledCode {
+                _library: library,
+                kernel,
+                cooperative,
+                entry: entry.to_owned(),
+            }),
+        })
+    }
+
+    #[getter]
+    fn entry(&self) -> &str {
+        &self.code.entry
+    }
+
+    #[getter]
+    fn cooperative(&self) -> bool {
+        self.code.cooperative
+    }
+
+    /// A `CUfunction_attribute` by name for device `device`: `max_threads_per_block`,
+    /// `shared_size_bytes`, `const_size_bytes`, `local_size_bytes`, `num_regs`,
+    /// `ptx_version`, `binary_version`, `max_dynamic_shared_size_bytes`,
+    /// `preferred_shared_memory_carveout`.
+    #[pyo3(signature = (name, device = 0))]
+    fn attribute(&self, name: &str, device: usize) -> PyResult<i32> {
+        let attribute = match name {
+            "max_threads_per_block" => KernelAttribute::MaxThreadsPerBlock,
+            "shared_size_bytes" => KernelAttribute::SharedSizeBytes,
+            "const_size_bytes" => KernelAttribute::ConstSizeBytes,
+            "local_size_bytes" => KernelAttribute::LocalSizeBytes,
+            "num_regs" => KernelAttribute::NumRegs,
+            "ptx_version" => KernelAttribute::PtxVersion,
+            "binary_version" => KernelAttribute::BinaryVersion,
+            "max_dynamic_shared_size_bytes" => KernelAttribute::MaxDynamicSharedSizeBytes,
+            "preferred_shared_memory_carveout" => KernelAttribute::PreferredSharedMemoryCarveout,
+            _ => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "unknown kernel attribute {name:?}"
+                )))
+            }
+        };
+        let driver = driver()?;
+        Ok(self
+            .code
+            .kernel
+            .attribute(driver, attribute, device)
+            .map_err(Error::from)?)
+    }
+
+    /// Blocks per multiprocessor that can be co-resident (in the current context).
+    fn max_active_blocks_per_multiprocessor(
+        &self,
+        block_size: u32,
+        dynamic_shared_bytes: usize,
+    ) -> PyResult<i32> {
+        let driver = driver()?;
+        driver.launch_context().map_err(Error::from)?;
+        Ok(self
+            .code
+            .kernel
+            .max_active_blocks_per_multiprocessor(driver, block_size, dynamic_shared_bytes)
+            .map_err(Error::from)?)
+    }
+}
+
+/// What an overload launches: a loaded image, or (for kernels needing numba's own
+/// launch path, such as `debug=True`) a Python callable.
+enum Target {
+    Compiled(Arc<CompiledCode>),
+    Python(Py<PyAny>),
+}
+
+struct Overload {
+    fingerprint: Box<[u8]>,
+    compute_capability: u32,
+    plan: Plan,
+    target: Target,
+}
+
+impl Overload {
+    #[inline]
+    fn matches(&self, fingerprint: &[u8], compute_capability: u32) -> bool {
+        self.compute_capability == compute_capability && *self.fingerprint == *fingerprint
+    }
+}
+
+/// A kernel: its overload table and launch statistics. `fastlaunch.Kernel` subclasses it.
+#[pyclass(subclass, frozen, module = "fastlaunch._core")]
+pub struct Kernel {
+    overloads: ArcSwap<Vec<Arc<Overload>>>,
+    last_hit: AtomicUsize,
+    misses: AtomicU64,
+    /// Serialises registrations (misses only); launches never take it.
+    register_lock: Mutex<()>,
+    parameter_names: OnceLock<Box<[String]>>,
+}
+
+#[pymethods]
+impl Kernel {
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>) -> Kernel {
+        Kernel {
+            overloads: ArcSwap::from_pointee(Vec::new()),
+            last_hit: AtomicUsize::new(0),
+            misses: AtomicU64::new(0),
+            register_lock: Mutex::new(()),
+            parameter_names: OnceLock::new(),
+        }
+    }
+
+    /// Sets the parameter names (once), used to check argument counts and in errors.
+    fn _set_parameter_names(&self, names: Vec<String>) -> PyResult<()> {
+        self.parameter_names.set(names.into()).map_err(|_| {
+            pyo3::exceptions::PyRuntimeError::new_err("parameter names are already set")
+        })
+    }
+
+    /// Launches that did not find an overload in the Rust table (and entered Python).
+    #[getter]
+    fn miss_count(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
+    }
+
+    /// Overloads registered: one per argument-type fingerprint and compute capability.
+    #[getter]
+    fn overload_count(&self) -> usize {
+        self.overloads.load().len()
+    }
+
+    /// Registers an overload: arguments with `fingerprint` on a device of compute
+    /// capability `compute_capability` launch `target` (a `CompiledKernel`, or a Python
+    /// callable `(args, griddim, blockdim, stream, sharedmem)`), packed by `plan`.
+    fn _register(
+        &self,
+        fingerprint: &[u8],
+        compute_capability: u32,
+        plan: Vec<String>,
+        target: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let plan = Plan::parse(&plan)?;
+        plan.check_fingerprint(fingerprint)?;
+        let target = match target.cast::<CompiledKernel>() {
+            Ok(compiled) => Target::Compiled(compiled.get().code.clone()),
+            Err(_) if target.is_callable() => Target::Python(target.clone().unbind()),
+            Err(_) => {
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "an overload's target must be a CompiledKernel or a callable",
+                ))
+            }
+        };
+        let _guard = self.register_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.overloads.load();
+        if current
+            .iter()
+            .any(|o| o.matches(fingerprint, compute_capability))
+        {
+            return Ok(()); // another thread registered it first
+        }
+        let mut next: Vec<Arc<Overload>> = current.iter().cloned().collect();
+        next.push(Arc::new(Overload {
+            fingerprint: fingerprint.into(),
+            compute_capability,
+            plan,
+            target,
+        }));
+        self.overloads.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Drops every overload (their images unload once no launch holds them).
+    fn _clear_overloads(&self) {
+        let _guard = self.register_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.overloads.store(Arc::new(Vec::new()));
+        self.last_hit.store(0, Ordering::Relaxed);
+    }
+
+    /// `kernel[griddim, blockdim]`, `[..., stream]`, `[..., stream, sharedmem]`.
+    fn __getitem__(slf: &Bound<'_, Self>, config: &Bound<'_, PyAny>) -> PyResult<Launcher> {
+        let items = config
+            .cast::<PyTuple>()
+            .ok()
+            .filter(|t| (2..=4).contains(&t.len()))
+            .ok_or_else(|| {
+                pyo3::exceptions::PyValueError::new_err(
+                    "must specify at least the griddim and blockdim",
+                )
+            })?;
+        let get = |i: usize| items.get_item(i).ok();
+        Ok(Launcher::new(
+            slf,
+            &items.get_item(0)?,
+            &items.get_item(1)?,
+            get(2).as_ref(),
+            get(3).as_ref(),
+        )?)
+    }
+
+    /// The launch configuration object for `kernel[griddim, blockdim, stream, sharedmem]`.
+    #[pyo3(signature = (griddim, blockdim, stream = None, sharedmem = None))]
+    fn configure(
+        slf: &Bound<'_, Self>,
+        griddim: &Bound<'_, PyAny>,
+        blockdim: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+        sharedmem: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Launcher> {
+        Ok(Launcher::new(slf, griddim, blockdim, stream, sharedmem)?)
+    }
+}
+
+impl Kernel {
+    #[inline]
+    fn find(&self, fingerprint: &[u8], compute_capability: u32) -> Option<Arc<Overload>> {
+        let table = self.overloads.load();
+        let last = self.last_hit.load(Ordering::Relaxed);
+        if let Some(hit) = table.get(last) {
+            if hit.matches(fingerprint, compute_capability) {
+                return Some(hit.clone());
+            }
+        }
+        let (index, hit) = table
+            .iter()
+            .enumerate()
+            .find(|(_, o)| o.matches(fingerprint, compute_capability))?;
+        self.last_hit.store(index, Ordering::Relaxed);
+        Some(hit.clone())
+    }
+
+    fn names(&self) -> &[String] {
+        self.parameter_names.get().map_or(&[], |names| names)
+    }
+}
+
+/// A configured launch: `kernel[grid, block, stream, shmem]`. Calling it launches.
+#[pyclass(frozen, module = "fastlaunch._core")]
+pub struct Launcher {
+    kernel: Py<Kernel>,
+    dims: LaunchDims,
+    /// The stream object as given, kept alive while this configuration is.
+    stream: Py<PyAny>,
+}
+
+const MISSING_CONFIG_HINT: &str =
+    "kernel_function[blockspergrid, threadsperblock](arg0, arg1, ..., argn)";
+
+fn parse_dims(value: &Bound<'_, PyAny>, name: &str) -> Result<[u32; 3]> {
+    if value.is_none() {
+        return Err(Error::Value(format!(
+            "Kernel launch configuration was not specified. Use the syntax:\n\n{MISSING_CONFIG_HINT}"
+        )));
+    }
+    let items: Vec<Bound<'_, PyAny>> =
+        if value.is_instance_of::<PyTuple>() || value.is_instance_of::<PyList>() {
+            value.try_iter()?.collect::<PyResult<_>>()?
+        } else {
+            vec![value.clone()]
+        };
+    let shown = || value.repr().map(|r| r.to_string()).unwrap_or_default();
+    if items.is_empty() || items.len() > 3 {
+        return Err(Error::Value(format!(
+            "{name} must be a sequence of 1, 2 or 3 integers, got {}",
+            shown()
+        )));
+    }
+    let mut dims = [1u32; 3];
+    for (slot, item) in dims.iter_mut().zip(&items) {
+        // SAFETY: PyIndex_Check only inspects the type's slots.
+        let is_index = unsafe { ffi::PyIndex_Check(item.as_ptr()) } != 0
+            && !item.is_instance_of::<pyo3::types::PyFloat>();
+        if !is_index {
+            return Err(Error::Type(format!(
+                "{name} must be a sequence of integers, got {}",
+                shown()
+            )));
+        }
+        let v: i64 = item
+            .call_method0(intern!(item.py(), "__index__"))?
+            .extract()?;
+        *slot = u32::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| {
+            Error::Value(format!(
+                "{name} values must be positive and below 2**32, got {}",
+                shown()
+            ))
+        })?;
+    }
+    Ok(dims)
+}
+
+/// A stream handle from 0/None, an int handle, or any object with `__cuda_stream__`
+/// (numba, torch, CuPy and cuda.core streams).
+fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
+    if stream.is_none() {
+        return Ok(0);
+    }
+    if stream.is_instance_of::<pyo3::types::PyInt>() {
+        let handle: i64 = stream.extract()?;
+        return usize::try_from(handle).map_err(|_| {
+            Error::Value(format!("a stream handle cannot be negative, got {handle}"))
+        });
+    }
+    if let Ok(protocol) = stream.getattr(intern!(stream.py(), "__cuda_stream__")) {
+        let (_version, handle): (i64, usize) = protocol.call0()?.extract().map_err(|_| {
+            Error::Type("__cuda_stream__() must return (version, handle) ints".into())
+        })?;
+        return Ok(handle);
+    }
+    Err(Error::Type(format!(
+        "stream must be 0 or None, an int handle, or an object with __cuda_stream__ \
+         (numba, torch, CuPy, cuda.core streams); got {}",
+        stream
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    )))
+}
+
+impl Launcher {
+    fn new(
+        kernel: &Bound<'_, Kernel>,
+        griddim: &Bound<'_, PyAny>,
+        blockdim: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+        sharedmem: Option<&Bound<'_, PyAny>>,
+    ) -> Result<Launcher> {
+        let py = kernel.py();
+        let grid = parse_dims(griddim, "griddim")?;
+        let block = parse_dims(blockdim, "blockdim")?;
+        let stream = stream.cloned().unwrap_or_else(|| py.None().into_bound(py));
+        let handle = parse_stream(&stream)?;
+        let shared_mem_bytes = match sharedmem {
+            None => 0,
+            Some(s) if s.is_none() => 0,
+            Some(s) => {
+                let bytes: i64 = s
+                    .extract()
+                    .map_err(|_| Error::Type(format!("sharedmem must be an int, got {s}")))?;
+                u32::try_from(bytes).map_err(|_| {
+                    Error::Value(format!(
+                        "sharedmem must be between 0 and 2**32, got {bytes}"
+                    ))
+                })?
+            }
+        };
+        Ok(Launcher {
+            kernel: kernel.clone().unbind(),
+            dims: LaunchDims {
+                grid,
+                block,
+                shared_mem_bytes,
+                stream: handle,
+            },
+            stream: stream.unbind(),
+        })
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `f` with this thread's scratch, or a fresh one if a launch re-entered
+/// (from Python code run during classification or a miss).
+#[inline]
+fn with_scratch<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => f(&mut scratch),
+        Err(_) => f(&mut Scratch::default()),
+    })
+}
+
+#[pymethods]
+impl Launcher {
+    #[pyo3(signature = (*args))]
+    fn __call__(&self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        Ok(launch(
+            py,
+            self.kernel.bind(py),
+            &self.dims,
+            &self.stream,
+            args,
+        )?)
+    }
+
+    #[getter]
+    fn griddim(&self) -> (u32, u32, u32) {
+        let [x, y, z] = self.dims.grid;
+        (x, y, z)
+    }
+
+    #[getter]
+    fn blockdim(&self) -> (u32, u32, u32) {
+        let [x, y, z] = self.dims.block;
+        (x, y, z)
+    }
+
+    #[getter]
+    fn stream(&self, py: Python<'_>) -> Py<PyAny> {
+        self.stream.clone_ref(py)
+    }
+
+    #[getter]
+    fn stream_handle(&self) -> usize {
+        self.dims.stream
+    }
+
+    #[getter]
+    fn sharedmem(&self) -> u32 {
+        self.dims.shared_mem_bytes
+    }
+}
+
+fn launch(
+    py: Python<'_>,
+    kernel_object: &Bound<'_, Kernel>,
+    dims: &LaunchDims,
+    stream: &Py<PyAny>,
+    args: &Bound<'_, PyTuple>,
+) -> Result<()> {
+    let kernel = kernel_object.get();
+    let names = kernel.names();
+    if !names.is_empty() && args.len() != names.len() {
+        return Err(Error::Type(format!(
+            "kernel takes {} positional arguments ({}) but {} were given",
+            names.len(),
+            names.join(", "),
+            args.len()
+        )));
+    }
+    let driver = driver()?;
+    let context = driver.launch_context()?;
+    let compute_capability = compute_capability_code(driver, context.ordinal)?;
+    with_scratch(|scratch| {
+        scratch.reset();
+        for (index, arg) in args.iter().enumerate() {
+            let at = Position {
+                index,
+                name: names.get(index).map_or("", String::as_str),
+            };
+            read_arg(&arg, at, scratch)?;
+        }
+        let overload = match kernel.find(&scratch.fingerprint, compute_capability) {
+            Some(overload) => overload,
+            None => {
+                kernel.misses.fetch_add(1, Ordering::Relaxed);
+                let fingerprint = PyBytes::new(py, &scratch.fingerprint);
+                kernel_object.call_method1(
+                    intern!(py, "_on_miss"),
+                    (args, fingerprint, compute_capability),
+                )?;
+                kernel
+                    .find(&scratch.fingerprint, compute_capability)
+                    .ok_or_else(|| {
+                        Error::Value("the kernel registered no overload for these arguments".into())
+                    })?
+            }
+        };
+        match &overload.target {
+            Target::Compiled(code) => {
+                overload
+                    .plan
+                    .pack(&scratch.values, &scratch.dims, names, &mut scratch.params)?;
+                let params = scratch.params.as_params();
+                // SAFETY: the plan was checked against this fingerprint at registration and
+                // packs one 8-byte slot per flattened parameter of the compiled entry, as
+                // numba's data model lays them out; the argument objects (and any DLPack
+                // capsules in the scratch) are alive until the launch is submitted.
+                unsafe {
+                    if code.cooperative {
+                        driver.launch_ex(code.kernel.as_function(), dims, params, true, None)?;
+                    } else {
+                        driver.launch(code.kernel.as_function(), dims, params)?;
+                    }
+                }
+                Ok(())
+            }
+            Target::Python(callable) => {
+                callable.call1(
+                    py,
+                    (
+                        args,
+                        (dims.grid[0], dims.grid[1], dims.grid[2]),
+                        (dims.block[0], dims.block[1], dims.block[2]),
+                        stream.clone_ref(py),
+                        dims.shared_mem_bytes,
+                    ),
+                )?;
+                Ok(())
+            }
+        }
+    })
+}
+
+/// Classifies one object as a kernel argument: its descriptor, as `_on_miss` sees it.
+#[pyfunction]
+pub fn classify<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+    let mut scratch = Scratch::default();
+    read_arg(obj, Position { index: 0, name: "" }, &mut scratch)?;
+    let mut described = describe_fingerprint(py, &scratch.fingerprint)?;
+    Ok(described.remove(0))
+}
+
+/// Describes a fingerprint as the per-argument descriptors `_on_miss` turns into numba types.
+#[pyfunction]
+pub fn describe<'py>(py: Python<'py>, fingerprint: &[u8]) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    describe_fingerprint(py, fingerprint)
+}
+
+/// Packs `args` by `plan` exactly as a launch would, returning the parameter slots
+/// (8 bytes each) as bytes. Needs no GPU: for tests against numba's data model.
+#[pyfunction]
+pub fn pack<'py>(
+    py: Python<'py>,
+    plan: Vec<String>,
+    args: &Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let plan = Plan::parse(&plan)?;
+    let mut scratch = Scratch::default();
+    for (index, arg) in args.iter().enumerate() {
+        read_arg(&arg, Position { index, name: "" }, &mut scratch)?;
+    }
+    plan.check_fingerprint(&scratch.fingerprint)?;
+    plan.pack(&scratch.values, &scratch.dims, &[], &mut scratch.params)?;
+    let bytes: Vec<u8> = scratch
+        .params
+        .slots()
+        .iter()
+        .flat_map(|s| s.to_le_bytes())
+        .collect();
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// The fingerprint of `args`, as the launch path computes it.
+#[pyfunction]
+pub fn fingerprint<'py>(
+    py: Python<'py>,
+    args: &Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let mut scratch = Scratch::default();
+    for (index, arg) in args.iter().enumerate() {
+        read_arg(&arg, Position { index, name: "" }, &mut scratch)?;
+    }
+    Ok(PyBytes::new(py, &scratch.fingerprint))
+}

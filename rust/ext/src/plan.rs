@@ -1,0 +1,176 @@
+//! Packing plans: how each argument of one overload becomes kernel parameters, in
+//! numba's data model. An N-d array is `5 + 2N` 8-byte values (meminfo = 0,
+//! parent = 0, nitems, itemsize, data, shape[N], strides_in_bytes[N]); a scalar is
+//! its target type's value (complex: real then imaginary).
+
+use fastlaunch_driver::ParamBuffer;
+
+use crate::classify::{ArgValue, Position, ARRAY_TAG};
+use crate::errors::{Error, Result};
+use crate::scalar::Scalar;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Param {
+    Array { ndim: usize },
+    Scalar(Scalar),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    params: Box<[Param]>,
+}
+
+impl Plan {
+    /// Parses Python's plan: `"array:<ndim>"` or a numba scalar type name per argument.
+    pub fn parse(items: &[String]) -> Result<Plan> {
+        let params = items
+            .iter()
+            .map(|item| match item.strip_prefix("array:") {
+                Some(ndim) => ndim
+                    .parse()
+                    .map(|ndim| Param::Array { ndim })
+                    .map_err(|_| Error::Value(format!("bad array plan entry {item:?}"))),
+                None => Scalar::from_name(item)
+                    .map(Param::Scalar)
+                    .ok_or_else(|| Error::Value(format!("unsupported parameter type {item:?}"))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Plan {
+            params: params.into(),
+        })
+    }
+
+    /// Checks that arguments with this fingerprint can be packed by this plan: same
+    /// count, arrays where arrays are expected with the same ndim, scalars for scalars.
+    pub fn check_fingerprint(&self, fingerprint: &[u8]) -> Result<()> {
+        let mut i = 0;
+        for (index, param) in self.params.iter().enumerate() {
+            let tag = *fingerprint.get(i).ok_or_else(|| {
+                Error::Value(format!(
+                    "plan has {} parameters, arguments fewer",
+                    self.params.len()
+                ))
+            })?;
+            match (param, tag) {
+                (Param::Array { ndim }, ARRAY_TAG)
+                    if fingerprint.get(i + 2) == Some(&(*ndim as u8)) =>
+                {
+                    i += 4
+                }
+                (Param::Scalar(_), tag) if tag != ARRAY_TAG => i += 1,
+                _ => {
+                    return Err(Error::Value(format!(
+                        "plan entry {index} ({param:?}) does not fit the argument's kind"
+                    )))
+                }
+            }
+        }
+        if i != fingerprint.len() {
+            return Err(Error::Value(
+                "arguments outnumber the plan's parameters".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Packs the classified arguments into `out`.
+    #[inline]
+    pub fn pack(
+        &self,
+        values: &[ArgValue],
+        dims: &[i64],
+        names: &[String],
+        out: &mut ParamBuffer,
+    ) -> Result<()> {
+        for (index, (param, value)) in self.params.iter().zip(values).enumerate() {
+            match (param, value) {
+                (Param::Array { .. }, ArgValue::Array(array)) => {
+                    out.push_u64(0); // meminfo
+                    out.push_u64(0); // parent
+                    out.push_u64(array.nitems);
+                    out.push_u64(array.itemsize);
+                    out.push_u64(array.data);
+                    for &extent_or_stride in &dims[array.dims_at..array.dims_at + 2 * array.ndim] {
+                        out.push_i64(extent_or_stride);
+                    }
+                }
+                (Param::Scalar(target), ArgValue::Scalar(value)) => {
+                    let slots = value.convert(*target).map_err(|message| {
+                        Position {
+                            index,
+                            name: names.get(index).map_or("", String::as_str),
+                        }
+                        .error(message)
+                    })?;
+                    out.push_u64(slots[0]);
+                    if target.is_complex() {
+                        out.push_u64(slots[1]);
+                    }
+                }
+                _ => {
+                    return Err(Error::Value(format!(
+                        "argument {index} does not match its packing plan"
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::ArrayArg;
+    use crate::scalar::Value;
+
+    #[test]
+    fn arrays_pack_in_numbas_data_model() {
+        let plan = Plan::parse(&["array:2".into(), "float32".into()]).unwrap();
+        let dims = [3, 4, 16, 4];
+        let values = [
+            ArgValue::Array(ArrayArg {
+                data: 0xdead_0000,
+                itemsize: 4,
+                nitems: 12,
+                ndim: 2,
+                dims_at: 0,
+            }),
+            ArgValue::Scalar(Value::Float(1.5)),
+        ];
+        let mut out = ParamBuffer::default();
+        plan.pack(&values, &dims, &[], &mut out).unwrap();
+        assert_eq!(
+            out.slots(),
+            &[
+                0,
+                0,
+                12,
+                4,
+                0xdead_0000,
+                3,
+                4,
+                16,
+                4,
+                u64::from(1.5f32.to_bits())
+            ]
+        );
+    }
+
+    #[test]
+    fn plans_are_checked_against_fingerprints() {
+        let plan = Plan::parse(&["array:1".into(), "int32".into()]).unwrap();
+        assert!(plan
+            .check_fingerprint(&[ARRAY_TAG, 11, 1, 0, Scalar::I64 as u8])
+            .is_ok());
+        assert!(plan
+            .check_fingerprint(&[ARRAY_TAG, 11, 2, 0, Scalar::I64 as u8])
+            .is_err());
+        assert!(plan.check_fingerprint(&[ARRAY_TAG, 11, 1, 0]).is_err());
+        assert!(plan
+            .check_fingerprint(&[Scalar::I64 as u8, Scalar::I64 as u8])
+            .is_err());
+        assert!(Plan::parse(&["array:x".into()]).is_err());
+        assert!(Plan::parse(&["string".into()]).is_err());
+    }
+}
