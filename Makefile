@@ -1,0 +1,77 @@
+# fastlaunch: build, test and GPU-run plumbing.
+#   make demo         build into .venv and list the GPUs (or say there is none)
+#   make test         everything CI runs: Rust fmt/clippy/tests/bench build, ruff, stubtest, pytest
+#   make gpu-prepare  wheels (.whl/) and Rust GPU test/bench binaries (.gpu/bin/) for the GPU machine
+#   make clean        build outputs (keeps .venv); make distclean also removes .venv
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+.DELETE_ON_ERROR:
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.deps-stamp
+DEPS := 'maturin>=1.9,<2' 'numba-cuda[cu13]==0.30.4' 'numpy>=2.0,<2.5' \
+        pytest pytest-benchmark hypothesis ruff mypy
+PY_DIRS := python tests benchmarks
+STUBTEST_ALLOWLIST := $(wildcard python/stubtest-allowlist.txt)
+
+# pyo3 builds against the venv's interpreter; the `cargo test` binary of rust/ext links
+# libpython, so it must find that interpreter's own libpython at run time.
+export PYO3_PYTHON := $(abspath $(VPY))
+PY_LIBDIR = $(shell $(VPY) -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')
+WITH_LIBPYTHON = LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
+IN_VENV = VIRTUAL_ENV="$(abspath $(VENV))" PATH="$(abspath $(VENV))/bin:$$PATH"
+
+.PHONY: venv build test demo gpu-prepare clean distclean
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): Makefile | $(VPY)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q $(DEPS)
+	touch $@
+
+venv: $(STAMP)
+
+build: venv
+	$(IN_VENV) $(VENV)/bin/maturin develop --release
+
+test: venv build
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(WITH_LIBPYTHON) cargo test --workspace
+	cargo bench --workspace --no-run
+	$(VENV)/bin/ruff check $(PY_DIRS)
+	$(VENV)/bin/ruff format --check $(PY_DIRS)
+	$(VPY) -m mypy.stubtest fastlaunch._core $(if $(STUBTEST_ALLOWLIST),--allowlist $(STUBTEST_ALLOWLIST))
+	$(VPY) -m pytest tests
+
+demo: venv build
+	$(VPY) -m fastlaunch.demo
+
+# The GPU machine gets .whl/ and .gpu/ carried (see scripts/gpu-run.sh). Only the
+# fastlaunch-driver binaries go to .gpu/bin: rust/ext's test binary links this machine's
+# libpython 3.11, which the GPU machine (Python 3.12) lacks.
+gpu-prepare: venv
+	mkdir -p .whl .gpu/bin
+	rm -f .whl/fastlaunch-*.whl
+	$(IN_VENV) $(VENV)/bin/maturin build --release -o .whl
+	PYTHON=$(VPY) bash scripts/gpu-wheels.sh .whl
+	rm -f .gpu/bin/*
+	cargo test --workspace --release --no-run --message-format=json \
+	  | $(VPY) scripts/gpu-bins.py tests .gpu/bin --exclude fastlaunch-ext
+	cargo bench --workspace --no-run --message-format=json \
+	  | $(VPY) scripts/gpu-bins.py benches .gpu/bin --exclude fastlaunch-ext
+	ls -la .whl .gpu/bin
+
+clean:
+	cargo clean
+	rm -rf .whl .gpu gpu-out dist .pytest_cache .ruff_cache .mypy_cache .benchmarks
+	rm -f python/fastlaunch/_core*.so
+
+distclean: clean
+	rm -rf $(VENV)
