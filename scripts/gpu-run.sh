@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The one command the GPU machine runs, from a copy of this repo with .whl/ and .gpu/
+# carried (both made here by `make gpu-prepare`). That machine has Python 3.12, no cargo,
+# no network, and numpy 2.5 (numba-cuda 0.30.4 needs < 2.5): the wheels in .whl/ (fastlaunch
+# and numpy 2.4) are installed into /tmp/site, which goes first on PYTHONPATH.
+#
+# usage: bash scripts/gpu-run.sh [PART...]      (default: all)
+#   rust       .gpu/bin/*-tests $RUST_TEST_ARGS (the Rust tests that need a GPU)
+#   tests      python3 -m pytest -m gpu tests $PYTEST_ARGS
+#   bench      python3 benchmarks/run.py --out $OUT $BENCH_ARGS (when that file exists)
+#   rustbench  .gpu/bin/*-bench --bench (criterion; not part of `all`)
+#   all        rust tests bench
+# The wheel install, versions and devices always come first.
+#
+# env: OUT             where logs and results go (default ./gpu-out)
+#      PYTEST_ARGS     extra pytest arguments, shell-quoted (e.g. "-k 'launch and torch' -x")
+#      RUST_TEST_ARGS  arguments for the Rust test binaries (default --ignored)
+#      BENCH_ARGS      extra arguments for benchmarks/run.py, shell-quoted
+#
+# Every part runs even after another failed; the exit status is 1 if any failed, 2 if the
+# set-up failed. $OUT gets gpu-run.log (everything printed) and pytest-junit.xml;
+# benchmarks/run.py writes its own files there (the device tool brings back 8 files at most).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT" || exit 2
+OUT=$(cd "$OUT" && pwd)
+export OUT PYTHONUNBUFFERED=1
+shopt -s nullglob
+
+section() { printf '\n===== %s =====\n' "$*"; }
+
+setup() {
+  section "install .whl/*.whl into /tmp/site"
+  local wheels=(.whl/*.whl)
+  if ((${#wheels[@]} == 0)); then
+    echo "gpu-run: no wheels in .whl/ (run 'make gpu-prepare' here and carry .whl)"
+    return 1
+  fi
+  printf '%s\n' "${wheels[@]}"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "${wheels[@]}" || return 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+
+  section "environment"
+  date -u
+  uname -srm
+  grep -m1 'model name' /proc/cpuinfo
+  nvidia-smi -L
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+  python3 - <<'EOF'
+import importlib
+import sys
+
+print("python      ", sys.version.replace("\n", " "))
+for mod in ["numpy", "numba", "numba_cuda", "torch", "cupy", "cuda.core", "fastlaunch"]:
+    try:
+        m = importlib.import_module(mod)
+        print(f"{mod:12} {getattr(m, '__version__', '?')}  ({getattr(m, '__file__', '?')})")
+    except Exception as e:  # report and go on: the parts below show what breaks
+        print(f"{mod:12} NOT IMPORTABLE: {type(e).__name__}: {e}")
+try:
+    import fastlaunch
+
+    print("fastlaunch.is_available():", fastlaunch.is_available())
+except Exception as e:
+    print("fastlaunch.is_available() failed:", type(e).__name__, e)
+EOF
+  return 0
+}
+
+rust_tests() {
+  local bins=(.gpu/bin/*-tests) targs=() rc=0 b dir
+  if ((${#bins[@]} == 0)); then
+    echo "no .gpu/bin/*-tests: skipped (run 'make gpu-prepare' here and carry .gpu)"
+    return 0
+  fi
+  read -ra targs <<<"${RUST_TEST_ARGS---ignored}"
+  for b in "${bins[@]}"; do
+    # run from the crate's folder, as `cargo test` does (driver-tests in rust/driver)
+    dir=rust/$(basename "${b%%-*}")
+    [[ -d $dir ]] || dir=.
+    echo "+ (cd $dir && $b ${targs[*]})"
+    (cd "$dir" && "$OLDPWD/$b" "${targs[@]}") || rc=1
+  done
+  return $rc
+}
+
+rust_bench() {
+  local bins=(.gpu/bin/*-bench) rc=0 b
+  if ((${#bins[@]} == 0)); then echo "no .gpu/bin/*-bench: skipped"; return 0; fi
+  for b in "${bins[@]}"; do
+    echo "+ $b --bench"
+    # CRITERION_HOME keeps criterion's many files out of $OUT
+    CRITERION_HOME=/tmp/criterion "$b" --bench || rc=1
+  done
+  return $rc
+}
+
+py_tests() {
+  local extra=()
+  eval "extra=(${PYTEST_ARGS:-})"
+  python3 -m pytest -m gpu tests -q -p no:cacheprovider \
+    --junitxml="$OUT/pytest-junit.xml" "${extra[@]}"
+}
+
+bench() {
+  if [[ ! -f benchmarks/run.py ]]; then echo "no benchmarks/run.py: skipped"; return 0; fi
+  local extra=()
+  eval "extra=(${BENCH_ARGS:-})"
+  python3 benchmarks/run.py --out "$OUT" "${extra[@]}"
+}
+
+main() {
+  local parts=() failed=() arg p name fn rc t0
+  for arg in "${@:-all}"; do
+    case $arg in
+      all) parts+=(rust tests bench) ;;
+      rust | tests | bench | rustbench) parts+=("$arg") ;;
+      *) echo "gpu-run: unknown part '$arg' (rust, tests, bench, rustbench, all)"; return 2 ;;
+    esac
+  done
+  setup || { echo "gpu-run: set-up failed"; return 2; }
+
+  for p in "${parts[@]}"; do
+    case $p in
+      rust) name="rust GPU tests" fn=rust_tests ;;
+      tests) name="pytest -m gpu" fn=py_tests ;;
+      bench) name="benchmarks/run.py" fn=bench ;;
+      rustbench) name="criterion benches" fn=rust_bench ;;
+    esac
+    section "$name"
+    t0=$SECONDS
+    "$fn"
+    rc=$?
+    echo "--- $name: exit $rc after $((SECONDS - t0)) s"
+    ((rc == 0)) || failed+=("$p")
+  done
+
+  section "summary"
+  if ((${#failed[@]})); then
+    echo "FAILED: ${failed[*]}  (of: ${parts[*]})"
+    return 1
+  fi
+  echo "passed: ${parts[*]}"
+}
+
+main "$@" 2>&1 | tee -a "$OUT/gpu-run.log"
+exit "${PIPESTATUS[0]}"
