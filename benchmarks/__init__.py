@@ -1,0 +1,1 @@
+"""fastlaunch launch-overhead benchmarks (pytest-benchmark); see ``benchmarks/run.py``."""
