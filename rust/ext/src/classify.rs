@@ -223,8 +223,8 @@ fn numpy_generic(py: Python<'_>) -> Option<Bound<'_, PyAny>> {
     py.import("numpy").and_then(|np| np.getattr("generic")).ok()
 }
 
-fn class_has(class: &Bound<'_, PyAny>, name: &str) -> bool {
-    class.hasattr(name).unwrap_or(false)
+fn has_attribute(object: &Bound<'_, PyAny>, name: &str) -> bool {
+    object.hasattr(name).unwrap_or(false)
 }
 
 /// Decides how to read a type never seen before on this thread.
@@ -244,7 +244,7 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
     if class
         .getattr("__cuda_ndarray__")
         .is_ok_and(|v| v.is_truthy().unwrap_or(false))
-        && class_has(&class, "gpu_data")
+        && has_attribute(&class, "gpu_data")
     {
         return Ok(Strategy::NumbaDeviceArray);
     }
@@ -257,29 +257,29 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
         .map(|m| m.to_string())
         .unwrap_or_default();
     if module.starts_with("cupy")
-        && class_has(&class, "__cuda_array_interface__")
-        && class_has(&class, "data")
+        && has_attribute(&class, "__cuda_array_interface__")
+        && has_attribute(&class, "data")
     {
         return Ok(Strategy::CupyArray);
     }
-    if class_has(&class, "__cuda_array_interface__") {
+    if module == "numpy" {
+        return Err(at.error(
+            "host NumPy arrays are not supported yet; copy it to the device first \
+             (numba.cuda.to_device, cupy.asarray, torch.as_tensor(..., device='cuda'))",
+        ));
+    }
+    // The generic protocols may be instance attributes (as on many test doubles).
+    if has_attribute(arg, "__cuda_array_interface__") {
         return Ok(Strategy::CudaArrayInterface);
     }
-    if class_has(&class, "__dlpack__") && class_has(&class, "__dlpack_device__") {
+    if has_attribute(arg, "__dlpack__") && has_attribute(arg, "__dlpack_device__") {
         return Ok(Strategy::DLPack);
     }
-    let hint = if module == "numpy" {
-        "a host NumPy array; copy it to the device first (numba.cuda.to_device, cupy.asarray, \
-         torch.as_tensor(..., device='cuda'))"
-            .to_owned()
-    } else {
-        format!(
-            "{} is not a supported kernel argument (expected a device array with \
-             __cuda_array_interface__ or __dlpack__, or a bool, int, float, complex or NumPy scalar)",
-            type_name(arg)
-        )
-    };
-    Err(at.error(hint))
+    Err(at.error(format!(
+        "{} is not a supported kernel argument (expected a device array with \
+         __cuda_array_interface__ or __dlpack__, or a bool, int, float, complex or NumPy scalar)",
+        type_name(arg)
+    )))
 }
 
 /// The element type of a NumPy dtype object, cached per dtype object.

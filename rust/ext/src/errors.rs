@@ -87,7 +87,11 @@ impl From<Error> for PyErr {
                 py,
                 "KernelArgumentError",
                 (
-                    format!("argument {position} ({name}): {message}"),
+                    if name.is_empty() {
+                        format!("argument {position}: {message}")
+                    } else {
+                        format!("argument {position} ({name}): {message}")
+                    },
                     position,
                     name,
                 ),

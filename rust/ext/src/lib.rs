@@ -14,7 +14,6 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("pyo3_version", pyo3_version())?;
     m.add_class::<kernel::Kernel>()?;
     m.add_class::<kernel::Launcher>()?;
     m.add_class::<kernel::CompiledKernel>()?;
@@ -43,8 +42,4 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(devices::memory_info, m)?)?;
     m.add_function(wrap_pyfunction!(devices::pointer_device, m)?)?;
     Ok(())
-}
-
-fn pyo3_version() -> &'static str {
-    "0.30"
 }

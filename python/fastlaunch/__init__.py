@@ -1,0 +1,37 @@
+"""fastlaunch: launch Numba CUDA kernels at the CPU cost of a bare ``cuLaunchKernel``.
+
+Change ``@cuda.jit`` to ``@fastlaunch.jit``; everything else stays numba-cuda's.
+"""
+
+from __future__ import annotations
+
+from fastlaunch import _core
+from fastlaunch._core import driver_version, is_available, synchronize
+from fastlaunch.devices import Device, DeviceList, current_device, gpus, select_device
+from fastlaunch.dispatcher import Kernel, jit
+from fastlaunch.errors import (
+    CudaDriverError,
+    CudaError,
+    CudaUnavailableError,
+    KernelArgumentError,
+)
+
+__version__: str = _core.__version__
+
+__all__ = [
+    "CudaDriverError",
+    "CudaError",
+    "CudaUnavailableError",
+    "Device",
+    "DeviceList",
+    "Kernel",
+    "KernelArgumentError",
+    "__version__",
+    "current_device",
+    "driver_version",
+    "gpus",
+    "is_available",
+    "jit",
+    "select_device",
+    "synchronize",
+]

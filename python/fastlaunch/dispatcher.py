@@ -1,0 +1,247 @@
+"""``fastlaunch.jit``: numba-cuda compiles, Rust launches.
+
+A :class:`Kernel` wraps a numba-cuda dispatcher. Launches run in Rust
+(``fastlaunch._core.Kernel``); only a launch with a new combination of argument
+types comes here (:meth:`Kernel._on_miss`), where numba-cuda types and compiles and
+the overload is registered with Rust. Later launches with the same types never
+enter Python.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from fastlaunch import _core
+from fastlaunch.errors import KernelArgumentError
+
+
+def _numba():
+    """numba-cuda's modules, imported on first use so ``import fastlaunch`` stays light."""
+    import numpy as np
+    from numba import cuda
+    from numba.cuda import types
+    from numba.cuda.np import numpy_support
+
+    return np, cuda, types, numpy_support
+
+
+def numba_type(descriptor: tuple) -> Any:
+    """The numba type of a fingerprint descriptor (see ``_core.describe``)."""
+    np, _, types, numpy_support = _numba()
+    if descriptor[0] == "array":
+        _, dtype, ndim, layout, readonly = descriptor
+        return types.Array(
+            numpy_support.from_dtype(np.dtype(dtype)), ndim, layout, readonly=readonly
+        )
+    return getattr(types, descriptor[1])
+
+
+def plan_entry(numba_param_type: Any, position: int, name: str) -> str:
+    """How Rust packs an argument for a parameter of this numba type."""
+    _, _, types, _ = _numba()
+    if isinstance(numba_param_type, types.Array):
+        return f"array:{numba_param_type.ndim}"
+    if isinstance(numba_param_type, types.Boolean):
+        return "boolean"
+    if isinstance(numba_param_type, (types.Integer, types.Float, types.Complex)):
+        return numba_param_type.name
+    raise KernelArgumentError(
+        f"argument {position} ({name}): parameters of type {numba_param_type} "
+        "are not supported by fastlaunch yet",
+        position,
+        name,
+    )
+
+
+def _check_argument(expected: Any, given: Any, position: int, name: str) -> None:
+    """Refuses an argument an explicit signature cannot take (numba-cuda launches these
+    silently with wrong data): arrays must match dtype, ndim and layout ('A' takes any
+    layout), and a read-only array cannot go to a writable parameter."""
+    _, _, types, _ = _numba()
+    expected_array = isinstance(expected, types.Array)
+    given_array = isinstance(given, types.Array)
+    if expected_array != given_array:
+        mismatch = True
+    elif expected_array:
+        mismatch = (
+            expected.dtype != given.dtype
+            or expected.ndim != given.ndim
+            or (expected.layout != "A" and expected.layout != given.layout)
+            or (given.mutable is False and expected.mutable)
+        )
+    else:
+        mismatch = False  # scalars convert as numba-cuda converts them (checked when packing)
+    if mismatch:
+        raise KernelArgumentError(
+            f"argument {position} ({name}): the kernel's signature expects {expected}, got {given}",
+            position,
+            name,
+        )
+
+
+def _stream_for_numba(stream: Any) -> Any:
+    """A launch's stream as numba-cuda's own launch path takes it."""
+    from numba.cuda.cudadrv import driver
+
+    _, cuda, _, _ = _numba()
+    if not stream:
+        return driver._to_core_stream(0)
+    if isinstance(stream, int):
+        return driver._to_core_stream(cuda.external_stream(stream))
+    if isinstance(stream, driver.Stream):
+        return driver._to_core_stream(stream)
+    _, handle = stream.__cuda_stream__()
+    return driver._to_core_stream(cuda.external_stream(handle))
+
+
+class Kernel(_core.Kernel):
+    """A kernel launched by fastlaunch: ``kernel[griddim, blockdim, stream, sharedmem](*args)``.
+
+    Everything numba-cuda's dispatcher offers (``overloads``, ``signatures``,
+    ``inspect_*``, ``get_regs_per_thread``, ...) is reachable as an attribute.
+    """
+
+    def __init__(self, dispatcher: Any) -> None:
+        self._dispatcher = dispatcher
+        self._compiled: dict[int, tuple[Any, _core.CompiledKernel | Callable[..., None]]] = {}
+        self._compile_lock = threading.RLock()
+        self.__wrapped__ = dispatcher.py_func
+        self.__name__ = getattr(dispatcher.py_func, "__name__", "kernel")
+        self.__qualname__ = getattr(dispatcher.py_func, "__qualname__", self.__name__)
+        self.__doc__ = dispatcher.py_func.__doc__
+        names = _parameter_names(dispatcher.py_func)
+        if names is not None:
+            self._set_parameter_names(names)
+        self._names = names or []
+
+    @property
+    def py_func(self) -> Callable[..., Any]:
+        return self._dispatcher.py_func
+
+    @property
+    def dispatcher(self) -> Any:
+        """The numba-cuda dispatcher that compiles this kernel."""
+        return self._dispatcher
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for attributes not found on the kernel: numba-cuda's API.
+        if name.startswith("__") or name == "_dispatcher":
+            raise AttributeError(name)
+        return getattr(self._dispatcher, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        from numba.cuda.errors import missing_launch_config_msg
+
+        raise ValueError(missing_launch_config_msg)
+
+    def __repr__(self) -> str:
+        return f"<fastlaunch.Kernel {self.__qualname__}>"
+
+    # -- the miss path: type, compile, register --------------------------------------
+
+    def _on_miss(self, args: tuple, fingerprint: bytes, compute_capability: int) -> None:
+        descriptors = _core.describe(fingerprint)
+        argtypes = tuple(numba_type(d) for d in descriptors)
+        with self._compile_lock:
+            kernel = self._select_overload(argtypes)
+            params = tuple(kernel.signature.args)
+            for i, (expected, given) in enumerate(zip(params, argtypes, strict=True)):
+                _check_argument(expected, given, i, self._name(i))
+            plan = [plan_entry(t, i, self._name(i)) for i, t in enumerate(params)]
+            target = self._target(kernel, compute_capability)
+        self._register(fingerprint, compute_capability, plan, target)
+
+    def _name(self, position: int) -> str:
+        return self._names[position] if position < len(self._names) else f"arg{position}"
+
+    def _select_overload(self, argtypes: tuple) -> Any:
+        """numba-cuda's overload for these argument types, compiling when allowed."""
+        dispatcher = self._dispatcher
+        if dispatcher.specialized:
+            return next(iter(dispatcher.overloads.values()))
+        exact = dispatcher.overloads.get(argtypes)
+        if exact is not None:
+            return exact
+        if dispatcher._can_compile:
+            return dispatcher.compile(argtypes)
+        signature = dispatcher.typingctx.resolve_overload(
+            dispatcher.py_func, dispatcher.nopython_signatures, argtypes, {}, allow_ambiguous=False
+        )
+        if signature is None:
+            raise TypeError(
+                "No matching definition for argument type(s) " + ", ".join(map(str, argtypes))
+            )
+        return dispatcher.overloads[tuple(signature.args)]
+
+    def _target(self, kernel: Any, compute_capability: int) -> Any:
+        """What Rust launches for a numba ``_Kernel``: its linked cubin, loaded once; or,
+        for kernels that need numba-cuda's own launch (debug error readback), a callable."""
+        key = id(kernel)
+        known = self._compiled.get(key)
+        if known is not None and known[0] is kernel:
+            return known[1]
+        target: _core.CompiledKernel | Callable[..., None]
+        if kernel.debug:
+
+            def target(args, griddim, blockdim, stream, sharedmem, _kernel=kernel):
+                _kernel.launch(args, griddim, blockdim, _stream_for_numba(stream), sharedmem)
+
+        else:
+            major, minor = divmod(compute_capability, 10)
+            cc = (major, minor, "a" if compute_capability >= 90 else "")
+            cubin = kernel._codelibrary.get_cubin(cc=cc)
+            target = _core.CompiledKernel(
+                bytes(cubin.code), kernel.entry_name, cooperative=bool(kernel.cooperative)
+            )
+        self._compiled[key] = (kernel, target)
+        return target
+
+
+def _parameter_names(func: Callable[..., Any]) -> list[str] | None:
+    """Positional parameter names, or None for functions taking ``*args``."""
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    names = []
+    for p in parameters:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            return None
+        names.append(p.name)
+    return names
+
+
+def jit(func_or_sig: Any = None, *signatures: Any, **options: Any) -> Any:
+    """A drop-in for ``numba.cuda.jit``: the same forms and options.
+
+    ``@jit``, ``@jit(**options)``, ``@jit("void(float32[::1])")``, ``@jit([sig, ...])``,
+    and ``jit(existing_numba_kernel)``. ``device=True`` returns numba-cuda's own device
+    function.
+    """
+    _, cuda, _, _ = _numba()
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    if isinstance(func_or_sig, Kernel):
+        return func_or_sig
+    if isinstance(func_or_sig, CUDADispatcher):
+        if signatures or options:
+            raise TypeError("jit(existing_kernel) takes no further signatures or options")
+        return Kernel(func_or_sig)
+    if options.get("device"):
+        return cuda.jit(func_or_sig, *signatures, **options)
+    return _wrap(cuda.jit(func_or_sig, *signatures, **options), CUDADispatcher)
+
+
+def _wrap(made: Any, dispatcher_class: type) -> Any:
+    """Wraps what ``numba.cuda.jit`` made: a dispatcher, or a decorator that makes one."""
+    if isinstance(made, dispatcher_class):
+        return Kernel(made)
+    if callable(made):
+        return lambda func: _wrap(made(func), dispatcher_class)
+    return made
+
+
+__all__ = ["Kernel", "jit", "numba_type", "plan_entry"]
