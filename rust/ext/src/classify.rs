@@ -569,15 +569,16 @@ fn push_from_attributes(
 fn read_numba_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
     let py = arg.py();
     let scalar = element_type(&arg.getattr(intern!(py, "dtype"))?, at)?;
+    // `gpu_data.device_pointer` is a cuda.bindings CUdeviceptr (converted with `int()`); far
+    // cheaper than `device_ctypes_pointer`, a property that builds a ctypes object.
     let pointer = arg
         .getattr(intern!(py, "gpu_data"))?
-        .getattr(intern!(py, "device_ctypes_pointer"))?
-        .getattr(intern!(py, "value"))?;
-    let data: u64 = if pointer.is_none() {
-        0
-    } else {
-        pointer.extract()?
-    };
+        .getattr(intern!(py, "device_pointer"))?;
+    // SAFETY: PyNumber_Long returns a new reference, or null with an exception set.
+    let data: u64 =
+        unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Long(pointer.as_ptr())) }?
+            .extract()
+            .map_err(|_| at.error("numba device array has an invalid device pointer"))?;
     push_from_attributes(arg, at, scratch, data, scalar)
 }
 
