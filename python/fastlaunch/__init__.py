@@ -15,6 +15,20 @@ from fastlaunch.errors import (
     CudaUnavailableError,
     KernelArgumentError,
 )
+from fastlaunch.streams import (
+    Event,
+    Stream,
+    default_stream,
+    default_stream_policy,
+    event,
+    external_stream,
+    legacy_default_stream,
+    ordering_enabled,
+    per_thread_default_stream,
+    set_default_stream_policy,
+    set_ordering,
+    stream,
+)
 
 __version__: str = _core.__version__
 
@@ -23,6 +37,18 @@ __all__ = [
     "CudaError",
     "CudaUnavailableError",
     "Device",
+    "Event",
+    "Stream",
+    "default_stream",
+    "default_stream_policy",
+    "event",
+    "external_stream",
+    "legacy_default_stream",
+    "ordering_enabled",
+    "per_thread_default_stream",
+    "set_default_stream_policy",
+    "set_ordering",
+    "stream",
     "DeviceList",
     "Kernel",
     "KernelArgumentError",

@@ -81,6 +81,30 @@ impl Stream {
     }
 }
 
+impl Driver {
+    /// Whether work submitted to `stream` is being captured into a CUDA graph.
+    pub fn stream_is_capturing(&self, stream: usize) -> Result<bool> {
+        let mut status: std::ffi::c_int = 0;
+        // SAFETY: valid out-pointer; the driver validates the handle.
+        self.check(
+            unsafe { (self.api.stream_is_capturing)(stream as CUstream, &mut status) },
+            "querying stream capture",
+        )?;
+        Ok(status != 0)
+    }
+
+    /// Makes `stream` wait, on the GPU, for the work submitted to `producer` so far, through
+    /// `event` (recorded on `producer`). The host never blocks.
+    pub fn order_after(&self, stream: usize, producer: usize, event: &Event) -> Result<()> {
+        event.record(producer)?;
+        // SAFETY: valid stream and event handles.
+        self.check(
+            unsafe { (self.api.stream_wait_event)(stream as CUstream, event.handle, 0) },
+            "making a stream wait on an event",
+        )
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
         if self.owned {

@@ -24,6 +24,7 @@ use smallvec::SmallVec;
 use crate::dlpack::{self, DLTensor, ExchangeApi};
 use crate::errors::{Error, Result};
 use crate::scalar::{Scalar, Value};
+use fastlaunch_driver as driver;
 
 pub const ARRAY_TAG: u8 = 0x80;
 pub const LAYOUT_C: u8 = 0;
@@ -60,6 +61,14 @@ pub struct Scratch {
     pub params: fastlaunch_driver::ParamBuffer,
     /// Objects that must live until the launch is submitted (DLPack capsules).
     pub keepalive: Vec<Py<PyAny>>,
+    /// The launch's stream, given to `__dlpack__` producers.
+    pub launch_stream: usize,
+    /// Streams that produced the inputs (CUDA Array Interface v3 `stream`).
+    pub producers: Vec<usize>,
+    /// A DLPack exchange-API producer among the inputs: where to ask its current stream.
+    pub exchange_stream: Option<(dlpack::CurrentWorkStream, i32, i32)>,
+    /// Whether a CuPy array is among the inputs (CuPy's current stream then counts).
+    pub has_cupy: bool,
 }
 
 impl Scratch {
@@ -69,6 +78,9 @@ impl Scratch {
         self.dims.clear();
         self.params.clear();
         self.keepalive.clear();
+        self.producers.clear();
+        self.exchange_stream = None;
+        self.has_cupy = false;
     }
 }
 
@@ -147,7 +159,10 @@ pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch)
             push_scalar(scratch, scalar, value)
         }
         Strategy::NumbaDeviceArray => read_numba_array(arg, at, scratch),
-        Strategy::CupyArray => read_cupy_array(arg, at, scratch),
+        Strategy::CupyArray => {
+            scratch.has_cupy = true;
+            read_cupy_array(arg, at, scratch)
+        }
         Strategy::Exchange(api) => {
             let mut tensor = DLTensor::empty();
             // SAFETY: the API belongs to this object's type; the tensor is caller-owned.
@@ -158,6 +173,10 @@ pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch)
                     "{} could not be exported through DLPack: {cause}",
                     type_name(arg)
                 )));
+            }
+            if let Some(query) = api.current_work_stream {
+                scratch.exchange_stream =
+                    Some((query, tensor.device.device_type, tensor.device.device_id));
             }
             push_dltensor(arg, &tensor, at, scratch)
         }
@@ -652,9 +671,13 @@ fn push_dltensor(
 fn read_dlpack(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
     let py = arg.py();
     let kwargs = PyDict::new(py);
-    // The legacy default stream (1): launches go there unless the streams issue's
-    // ordering rules say otherwise.
-    kwargs.set_item("stream", 1)?;
+    // The consumer's stream (1 for the legacy default): the producer orders itself before it.
+    let stream = if scratch.launch_stream == 0 {
+        driver::sys::CU_STREAM_LEGACY
+    } else {
+        scratch.launch_stream
+    };
+    kwargs.set_item("stream", stream)?;
     let capsule = arg
         .call_method(intern!(py, "__dlpack__"), (), Some(&kwargs))
         .map_err(|e| at.error(format!("{}.__dlpack__() failed: {e}", type_name(arg))))?;
@@ -721,6 +744,18 @@ fn read_cai(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> 
                 strides.len()
             )));
         }
+    }
+    match cai.get_item("stream")? {
+        Some(stream) if !stream.is_none() => {
+            let handle: usize = stream.extract().map_err(|_| {
+                at.error("__cuda_array_interface__ 'stream' must be None or an int")
+            })?;
+            if handle == 0 {
+                return Err(at.error("__cuda_array_interface__ 'stream' must not be 0 (ambiguous)"));
+            }
+            scratch.producers.push(handle);
+        }
+        _ => {}
     }
     let nonempty = !shape.contains(&0);
     if data == 0 && nonempty && shape.iter().product::<i64>() > 0 {

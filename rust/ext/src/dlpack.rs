@@ -101,6 +101,8 @@ pub const KDL_CUDA_MANAGED: i32 = 13;
 #[derive(Clone, Copy)]
 pub struct ExchangeApi {
     pub from_py_object: DLTensorFromPyObject,
+    /// The producer's current stream for a device (torch: `torch.cuda.current_stream`).
+    pub current_work_stream: Option<CurrentWorkStream>,
 }
 
 // SAFETY: plain function pointers into a producer library that stays loaded while its
@@ -129,7 +131,10 @@ pub fn exchange_api(class: &Bound<'_, PyAny>) -> Option<ExchangeApi> {
             let api = unsafe { &*(header as *const DLPackExchangeAPI) };
             return api
                 .dltensor_from_py_object_no_sync
-                .map(|from_py_object| ExchangeApi { from_py_object });
+                .map(|from_py_object| ExchangeApi {
+                    from_py_object,
+                    current_work_stream: api.current_work_stream,
+                });
         }
         header = this.prev_api;
     }

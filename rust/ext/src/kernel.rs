@@ -21,6 +21,7 @@ use crate::classify::{describe as describe_fingerprint, read_arg, Position, Scra
 use crate::devices::{compute_capability_code, driver};
 use crate::errors::{Error, Result};
 use crate::plan::Plan;
+use crate::streams;
 
 /// A compiled kernel image, loaded once with the library API (context-independent).
 pub struct CompiledCode {
@@ -344,7 +345,7 @@ fn parse_dims(value: &Bound<'_, PyAny>, name: &str) -> Result<[u32; 3]> {
 
 /// A stream handle from 0/None, an int handle, or any object with `__cuda_stream__`
 /// (numba, torch, CuPy and cuda.core streams).
-fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
+pub(crate) fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
     if stream.is_none() {
         return Ok(0);
     }
@@ -488,6 +489,7 @@ fn launch(
     let compute_capability = compute_capability_code(driver, context.ordinal)?;
     with_scratch(|scratch| {
         scratch.reset();
+        scratch.launch_stream = dims.stream;
         for (index, arg) in args.iter().enumerate() {
             let at = Position {
                 index,
@@ -495,6 +497,7 @@ fn launch(
             };
             read_arg(&arg, at, scratch)?;
         }
+        let dims = &order_inputs(py, context.context, dims, scratch)?;
         let overload = match kernel.find(&scratch.fingerprint, compute_capability) {
             Some(overload) => overload,
             None => {
@@ -545,6 +548,61 @@ fn launch(
             }
         }
     })
+}
+
+/// Chooses the launch stream and orders it after the inputs' producer streams (see
+/// `streams`): returns the dimensions to launch with.
+#[inline]
+fn order_inputs(
+    py: Python<'_>,
+    context: driver::Context,
+    dims: &LaunchDims,
+    scratch: &mut Scratch,
+) -> Result<LaunchDims> {
+    let mut exchange_stream = None;
+    if let Some((query, device_type, device_id)) = scratch.exchange_stream {
+        let mut stream: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: the producer's own function, called with a valid out-pointer under the GIL.
+        if unsafe { query(device_type, device_id, &mut stream) } != 0 {
+            return Err(PyErr::fetch(py).into());
+        }
+        exchange_stream = Some(stream as usize);
+    }
+    let cupy_stream = if scratch.has_cupy {
+        Some(cupy_current_stream(py)?)
+    } else {
+        None
+    };
+    scratch.producers.extend(exchange_stream);
+    scratch.producers.extend(cupy_stream);
+    let current_stream = exchange_stream.or(cupy_stream);
+    if scratch.producers.is_empty() {
+        return Ok(*dims);
+    }
+    let mut dims = *dims;
+    if dims.stream == 0 && streams::follows_current_stream() {
+        if let Some(stream) = current_stream {
+            dims.stream = stream;
+        }
+    }
+    streams::order_after_producers(context, dims.stream, &scratch.producers)?;
+    Ok(dims)
+}
+
+/// `cupy.cuda.get_current_stream().ptr`.
+fn cupy_current_stream(py: Python<'_>) -> Result<usize> {
+    static GET_CURRENT_STREAM: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let get = GET_CURRENT_STREAM.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py
+            .import("cupy.cuda")?
+            .getattr("get_current_stream")?
+            .unbind())
+    })?;
+    Ok(get
+        .bind(py)
+        .call0()?
+        .getattr(intern!(py, "ptr"))?
+        .extract()?)
 }
 
 /// Classifies one object as a kernel argument: its descriptor, as `_on_miss` sees it.

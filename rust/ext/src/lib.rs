@@ -8,6 +8,7 @@ mod errors;
 mod kernel;
 mod plan;
 mod scalar;
+mod streams;
 
 use pyo3::prelude::*;
 
@@ -17,6 +18,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::Kernel>()?;
     m.add_class::<kernel::Launcher>()?;
     m.add_class::<kernel::CompiledKernel>()?;
+    m.add_class::<streams::Stream>()?;
+    m.add_class::<streams::Event>()?;
+    m.add_function(wrap_pyfunction!(streams::set_ordering, m)?)?;
+    m.add_function(wrap_pyfunction!(streams::ordering_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(streams::set_default_stream_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(streams::default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::classify, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::describe, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::pack, m)?)?;

@@ -1,0 +1,240 @@
+//! Streams, events, and the ordering of launches after the work that produced their
+//! inputs.
+//!
+//! Ordering rules (see the README): an input whose producer stream is known (a CUDA
+//! Array Interface v3 `stream`, torch's current stream read through the DLPack C
+//! exchange API, CuPy's current stream) and differs from the launch stream makes the
+//! launch stream wait on an event recorded on the producer's stream: ordered on the GPU,
+//! never by blocking the host. Generic `__dlpack__` producers get the launch stream
+//! and order themselves. Nothing is done while the launch stream is being captured
+//! into a graph (capture records dependencies itself), or when ordering is turned off.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use fastlaunch_driver::{self as driver, Context};
+use pyo3::prelude::*;
+
+use crate::devices::driver;
+use crate::errors::{Error, Result};
+
+static ORDERING: AtomicBool = AtomicBool::new(true);
+static FOLLOW_CURRENT_STREAM: AtomicU8 = AtomicU8::new(0);
+
+/// Turns producer-stream ordering on or off (numba-cuda's `NUMBA_CUDA_ARRAY_INTERFACE_SYNC`).
+#[pyfunction]
+pub fn set_ordering(enabled: bool) {
+    ORDERING.store(enabled, Ordering::Relaxed);
+}
+
+#[pyfunction]
+pub fn ordering_enabled() -> bool {
+    ORDERING.load(Ordering::Relaxed)
+}
+
+/// Where launches with no stream (0 or None) go: `"legacy"` (numba-cuda's rule: the legacy
+/// default stream) or `"follow"` (the current stream of torch or CuPy when their arrays
+/// are arguments).
+#[pyfunction]
+pub fn set_default_stream_policy(policy: &str) -> PyResult<()> {
+    let code = match policy {
+        "legacy" => 0,
+        "follow" => 1,
+        _ => {
+            return Err(Error::Value(format!(
+                "the default stream policy is 'legacy' or 'follow', not {policy:?}"
+            ))
+            .into())
+        }
+    };
+    FOLLOW_CURRENT_STREAM.store(code, Ordering::Relaxed);
+    Ok(())
+}
+
+#[pyfunction]
+pub fn default_stream_policy() -> &'static str {
+    if follows_current_stream() {
+        "follow"
+    } else {
+        "legacy"
+    }
+}
+
+#[inline]
+pub fn follows_current_stream() -> bool {
+    FOLLOW_CURRENT_STREAM.load(Ordering::Relaxed) != 0
+}
+
+/// 0 and `CU_STREAM_LEGACY` (1) name the same stream.
+#[inline]
+pub fn same_stream(a: usize, b: usize) -> bool {
+    let canonical = |s: usize| {
+        if s == driver::sys::CU_STREAM_LEGACY {
+            0
+        } else {
+            s
+        }
+    };
+    canonical(a) == canonical(b)
+}
+
+thread_local! {
+    /// One reusable ordering event per context (events belong to a context). Reusing it
+    /// right after `cuStreamWaitEvent` is safe: the wait captures the event's state.
+    static ORDERING_EVENTS: RefCell<Vec<(Context, driver::Event)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Makes `stream` wait for every producer stream in `producers` that differs from it.
+pub fn order_after_producers(context: Context, stream: usize, producers: &[usize]) -> Result<()> {
+    if !ordering_enabled() || producers.iter().all(|&p| same_stream(p, stream)) {
+        return Ok(());
+    }
+    let driver = driver()?;
+    if driver.stream_is_capturing(stream)? {
+        return Ok(());
+    }
+    ORDERING_EVENTS.with(|events| {
+        let mut events = events.borrow_mut();
+        let index = match events.iter().position(|(c, _)| *c == context) {
+            Some(index) => index,
+            None => {
+                events.push((context, driver::Event::create(driver, false)?));
+                events.len() - 1
+            }
+        };
+        let event = &events[index].1;
+        let mut done: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
+        for &producer in producers {
+            if same_stream(producer, stream) || done.iter().any(|&d| same_stream(d, producer)) {
+                continue;
+            }
+            driver.order_after(stream, producer, event)?;
+            done.push(producer);
+        }
+        Ok(())
+    })
+}
+
+/// A CUDA stream: created here (`fastlaunch.stream()`), or wrapping a handle
+/// (`external_stream`, and the default streams).
+#[pyclass(frozen, module = "fastlaunch._core")]
+pub struct Stream {
+    inner: driver::Stream,
+}
+
+#[pymethods]
+impl Stream {
+    /// A new stream in the current context (device 0's primary if none is current).
+    #[staticmethod]
+    #[pyo3(signature = (non_blocking = false))]
+    fn create(non_blocking: bool) -> PyResult<Stream> {
+        let driver = driver()?;
+        driver.launch_context().map_err(Error::from)?;
+        let inner = driver::Stream::create(driver, non_blocking).map_err(Error::from)?;
+        Ok(Stream { inner })
+    }
+
+    /// Wraps a stream handle owned elsewhere (0: legacy default, 1: legacy, 2: per-thread).
+    #[staticmethod]
+    fn external(handle: usize) -> PyResult<Stream> {
+        Ok(Stream {
+            inner: driver::Stream::external(driver()?, handle),
+        })
+    }
+
+    #[getter]
+    fn handle(&self) -> usize {
+        self.inner.handle()
+    }
+
+    fn __cuda_stream__(&self) -> (i32, usize) {
+        (0, self.inner.handle())
+    }
+
+    fn __int__(&self) -> usize {
+        self.inner.handle()
+    }
+
+    /// Waits until all work submitted to the stream has finished.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(py
+            .detach(|| self.inner.synchronize())
+            .map_err(Error::from)?)
+    }
+
+    /// Whether all work submitted to the stream has finished.
+    fn query(&self) -> PyResult<bool> {
+        Ok(self.inner.query().map_err(Error::from)?)
+    }
+
+    /// Makes future work on this stream wait for `event` (on the GPU; the host continues).
+    fn wait_event(&self, event: &Event) -> PyResult<()> {
+        Ok(self.inner.wait_event(&event.inner).map_err(Error::from)?)
+    }
+
+    fn __repr__(&self) -> String {
+        match self.inner.handle() {
+            0 => "<fastlaunch.Stream default (legacy)>".into(),
+            1 => "<fastlaunch.Stream legacy default>".into(),
+            2 => "<fastlaunch.Stream per-thread default>".into(),
+            h => format!("<fastlaunch.Stream {h:#x}>"),
+        }
+    }
+}
+
+/// A CUDA event, for ordering between streams and for timing.
+#[pyclass(frozen, module = "fastlaunch._core")]
+pub struct Event {
+    inner: driver::Event,
+}
+
+#[pymethods]
+impl Event {
+    #[new]
+    #[pyo3(signature = (timing = true))]
+    fn new(timing: bool) -> PyResult<Event> {
+        let driver = driver()?;
+        driver.launch_context().map_err(Error::from)?;
+        let inner = driver::Event::create(driver, timing).map_err(Error::from)?;
+        Ok(Event { inner })
+    }
+
+    /// Records the event on `stream` (0/None: the legacy default stream).
+    #[pyo3(signature = (stream = None))]
+    fn record(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let handle = stream_argument(stream)?;
+        Ok(self.inner.record(handle).map_err(Error::from)?)
+    }
+
+    /// Makes future work on `stream` wait for this event.
+    #[pyo3(signature = (stream = None))]
+    fn wait(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let handle = stream_argument(stream)?;
+        let driver = driver()?;
+        Ok(driver::Stream::external(driver, handle)
+            .wait_event(&self.inner)
+            .map_err(Error::from)?)
+    }
+
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(py
+            .detach(|| self.inner.synchronize())
+            .map_err(Error::from)?)
+    }
+
+    fn query(&self) -> PyResult<bool> {
+        Ok(self.inner.query().map_err(Error::from)?)
+    }
+
+    /// Milliseconds from this event to `end` (both recorded and complete).
+    fn elapsed_time(&self, end: &Event) -> PyResult<f32> {
+        Ok(end.inner.elapsed_since(&self.inner).map_err(Error::from)?)
+    }
+}
+
+fn stream_argument(stream: Option<&Bound<'_, PyAny>>) -> Result<usize> {
+    match stream {
+        None => Ok(0),
+        Some(s) => crate::kernel::parse_stream(s),
+    }
+}
