@@ -484,9 +484,10 @@ def _table(rows: list[dict[str, Any]], all_rows: list[dict[str, Any]]) -> list[s
 def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
     """Per case: does fastlaunch beat every peer, and never lose to numba-cuda?"""
     lines = [
-        "| case | fastlaunch µs (best – worst) | best comparator | numba-cuda µs (best – worst) "
+        "| case | fastlaunch µs (best – worst) | × C floor (best – worst) | target "
+        "| best comparator | numba-cuda µs (best – worst) "
         "| worst fastlaunch beats every comparator | never loses to numba-cuda |",
-        "|---|--:|---|--:|---|---|",
+        "|---|--:|--:|---|---|--:|---|---|",
     ]
     for case in [*CASE_ORDER, *SUITE_CASES]:
         here = [r for r in rows if r["case"] == case and r["origin"] == "python"]
@@ -512,6 +513,13 @@ def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
         else:
             never_loses = "yes" if numba else "—"
         peer_text = f"{best_peer['label']} {_fmt_us(best_peer['median_us'])}" if best_peer else "—"
+        floor = _floor_for(rows, fast[0])
+        best = min(r["median_us"] for r in fast)
+        ratio_text = f"{_fmt_ratio(best / floor)} – {_fmt_ratio(worst / floor)}" if floor else "—"
+        target = ""
+        if case in TARGETS and floor:
+            goal = TARGETS[case]
+            target = f"≤ {goal:.2f}× {'✓' if worst / floor <= goal else '✗'}"
         numba_text = (
             f"{_fmt_us(min(r['median_us'] for r in numba))} – "
             f"{_fmt_us(max(r['median_us'] for r in numba))}"
@@ -519,7 +527,7 @@ def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
             else "—"
         )
         lines.append(
-            f"| {case} | {_fmt_us(min(r['median_us'] for r in fast))} – {_fmt_us(worst)} "
+            f"| {case} | {_fmt_us(best)} – {_fmt_us(worst)} | {ratio_text} | {target} "
             f"| {peer_text} | {numba_text} | {beats} "
             f"| {never_loses} |"
         )
@@ -735,12 +743,20 @@ def render_chart(results: dict[str, Any], out_path: Path) -> str | None:
 
 
 def write_report(results: dict[str, Any], out_dirs: Iterable[Path]) -> None:
+    markdown = ""
     for out_dir in out_dirs:
         out_dir.mkdir(parents=True, exist_ok=True)
         png = render_chart(results, out_dir / "launch_overhead.png")
-        (out_dir / "results.md").write_text(render_markdown(results, png))
+        markdown = render_markdown(results, png)
+        (out_dir / "results.md").write_text(markdown)
         (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
         log(f"report: {out_dir / 'results.md'}")
+    # the verdicts and the leak check also go to the log, for a quick look
+    start = markdown.find("## Against the targets")
+    if start < 0:
+        start = markdown.find("## Leak check")
+    if start >= 0:
+        print("\n" + markdown[start:], flush=True)
 
 
 # --------------------------------------------------------------------------- main
