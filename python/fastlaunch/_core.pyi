@@ -7,6 +7,7 @@ from typing_extensions import disjoint_base
 
 __all__ = [
     "__version__",
+    "BoundLaunch",
     "CompiledKernel",
     "Event",
     "Stream",
@@ -86,6 +87,7 @@ class Launcher:
     """``kernel[griddim, blockdim, stream, sharedmem]``; calling it launches."""
 
     def __call__(self, *args: Any) -> None: ...
+    def bind(self, *args: Any) -> BoundLaunch: ...
     @property
     def griddim(self) -> tuple[int, int, int]: ...
     @property
@@ -96,6 +98,14 @@ class Launcher:
     def stream_handle(self) -> int: ...
     @property
     def sharedmem(self) -> int: ...
+
+@final
+class BoundLaunch:
+    """``kernel[...].bind(*args)``: arguments packed once; calling it launches again."""
+
+    def __call__(self) -> None: ...
+    def set_args(self, *args: Any) -> None: ...
+    def set_arg(self, index: int, value: Any) -> None: ...
 
 @final
 class Stream:

@@ -439,6 +439,12 @@ impl Launcher {
         )?)
     }
 
+    /// Classifies and packs `args` once: calling the result launches with no per-launch work.
+    #[pyo3(signature = (*args))]
+    fn bind(&self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<BoundLaunch> {
+        Ok(self.bind_args(py, args)?)
+    }
+
     #[getter]
     fn griddim(&self) -> (u32, u32, u32) {
         let [x, y, z] = self.dims.grid;
@@ -467,6 +473,51 @@ impl Launcher {
     }
 }
 
+fn check_argument_count(names: &[String], given: usize) -> Result<()> {
+    if !names.is_empty() && given != names.len() {
+        return Err(Error::Type(format!(
+            "kernel takes {} positional arguments ({}) but {} were given",
+            names.len(),
+            names.join(", "),
+            given
+        )));
+    }
+    Ok(())
+}
+
+/// Classifies `args` into `scratch` and finds their overload, entering Python (to type and
+/// compile) only when the table has none.
+#[inline]
+fn resolve(
+    py: Python<'_>,
+    kernel_object: &Bound<'_, Kernel>,
+    args: &Bound<'_, PyTuple>,
+    compute_capability: u32,
+    scratch: &mut Scratch,
+) -> Result<Arc<Overload>> {
+    let kernel = kernel_object.get();
+    let names = kernel.names();
+    for (index, arg) in args.iter().enumerate() {
+        let at = Position {
+            index,
+            name: names.get(index).map_or("", String::as_str),
+        };
+        read_arg(&arg, at, scratch)?;
+    }
+    if let Some(overload) = kernel.find(&scratch.fingerprint, compute_capability) {
+        return Ok(overload);
+    }
+    kernel.misses.fetch_add(1, Ordering::Relaxed);
+    let fingerprint = PyBytes::new(py, &scratch.fingerprint);
+    kernel_object.call_method1(
+        intern!(py, "_on_miss"),
+        (args, fingerprint, compute_capability),
+    )?;
+    kernel
+        .find(&scratch.fingerprint, compute_capability)
+        .ok_or_else(|| Error::Value("the kernel registered no overload for these arguments".into()))
+}
+
 fn launch(
     py: Python<'_>,
     kernel_object: &Bound<'_, Kernel>,
@@ -474,46 +525,16 @@ fn launch(
     stream: &Py<PyAny>,
     args: &Bound<'_, PyTuple>,
 ) -> Result<()> {
-    let kernel = kernel_object.get();
-    let names = kernel.names();
-    if !names.is_empty() && args.len() != names.len() {
-        return Err(Error::Type(format!(
-            "kernel takes {} positional arguments ({}) but {} were given",
-            names.len(),
-            names.join(", "),
-            args.len()
-        )));
-    }
+    let names = kernel_object.get().names();
+    check_argument_count(names, args.len())?;
     let driver = driver()?;
     let context = driver.launch_context()?;
     let compute_capability = compute_capability_code(driver, context.ordinal)?;
     with_scratch(|scratch| {
         scratch.reset();
         scratch.launch_stream = dims.stream;
-        for (index, arg) in args.iter().enumerate() {
-            let at = Position {
-                index,
-                name: names.get(index).map_or("", String::as_str),
-            };
-            read_arg(&arg, at, scratch)?;
-        }
+        let overload = resolve(py, kernel_object, args, compute_capability, scratch)?;
         let dims = &order_inputs(py, context.context, dims, scratch)?;
-        let overload = match kernel.find(&scratch.fingerprint, compute_capability) {
-            Some(overload) => overload,
-            None => {
-                kernel.misses.fetch_add(1, Ordering::Relaxed);
-                let fingerprint = PyBytes::new(py, &scratch.fingerprint);
-                kernel_object.call_method1(
-                    intern!(py, "_on_miss"),
-                    (args, fingerprint, compute_capability),
-                )?;
-                kernel
-                    .find(&scratch.fingerprint, compute_capability)
-                    .ok_or_else(|| {
-                        Error::Value("the kernel registered no overload for these arguments".into())
-                    })?
-            }
-        };
         match &overload.target {
             Target::Compiled(code) => {
                 overload
@@ -524,14 +545,7 @@ fn launch(
                 // packs one 8-byte slot per flattened parameter of the compiled entry, as
                 // numba's data model lays them out; the argument objects (and any DLPack
                 // capsules in the scratch) are alive until the launch is submitted.
-                unsafe {
-                    if code.cooperative {
-                        driver.launch_ex(code.kernel.as_function(), dims, params, true, None)?;
-                    } else {
-                        driver.launch(code.kernel.as_function(), dims, params)?;
-                    }
-                }
-                Ok(())
+                unsafe { code.launch(driver, dims, params) }
             }
             Target::Python(callable) => {
                 callable.call1(
@@ -548,6 +562,197 @@ fn launch(
             }
         }
     })
+}
+
+impl CompiledCode {
+    /// # Safety
+    /// `params` must hold one pointer per flattened kernel parameter (see [`Plan`]).
+    #[inline]
+    unsafe fn launch(
+        &self,
+        driver: &driver::Driver,
+        dims: &LaunchDims,
+        params: *mut *mut std::ffi::c_void,
+    ) -> Result<()> {
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            if self.cooperative {
+                driver.launch_ex(self.kernel.as_function(), dims, params, true, None)?;
+            } else {
+                driver.launch(self.kernel.as_function(), dims, params)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parameter values and the pointer array `cuLaunchKernel` reads, built once.
+struct PackedParams {
+    slots: Box<[u64]>,
+    pointers: Box<[*mut std::ffi::c_void]>,
+}
+
+// SAFETY: the pointers point into `slots`, a heap allocation owned by the same struct that
+// never moves or resizes; the struct is only mutated through `&mut`.
+unsafe impl Send for PackedParams {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for PackedParams {}
+
+impl PackedParams {
+    fn new(slots: &[u64]) -> PackedParams {
+        let mut slots: Box<[u64]> = slots.into();
+        let base = slots.as_mut_ptr();
+        let pointers = (0..slots.len())
+            .map(|i| base.wrapping_add(i).cast::<std::ffi::c_void>())
+            .collect();
+        PackedParams { slots, pointers }
+    }
+}
+
+/// A launch whose arguments are classified and packed once: `kernel[...].bind(*args)`.
+/// Calling it submits again with no classification or packing.
+#[pyclass(module = "fastlaunch._core")]
+pub struct BoundLaunch {
+    kernel: Py<Kernel>,
+    code: Arc<CompiledCode>,
+    plan: Plan,
+    dims: LaunchDims,
+    context: driver::Context,
+    params: PackedParams,
+    /// Each argument's fingerprint bytes and parameter slots, for replacing one in place.
+    arg_fingerprints: Vec<Box<[u8]>>,
+    arg_slots: Vec<std::ops::Range<usize>>,
+    /// The arguments, kept alive while they are bound.
+    args: Vec<Py<PyAny>>,
+}
+
+/// The fingerprint bytes each argument contributed, in order.
+fn split_fingerprint(fingerprint: &[u8]) -> Vec<Box<[u8]>> {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < fingerprint.len() {
+        let len = if fingerprint[i] == crate::classify::ARRAY_TAG {
+            4
+        } else {
+            1
+        };
+        parts.push(fingerprint[i..i + len].into());
+        i += len;
+    }
+    parts
+}
+
+impl Launcher {
+    fn bind_args(&self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> Result<BoundLaunch> {
+        let kernel_object = self.kernel.bind(py);
+        let names = kernel_object.get().names();
+        check_argument_count(names, args.len())?;
+        let driver = driver()?;
+        let context = driver.launch_context()?;
+        let compute_capability = compute_capability_code(driver, context.ordinal)?;
+        let mut scratch = Scratch::default();
+        scratch.launch_stream = self.dims.stream;
+        let overload = resolve(py, kernel_object, args, compute_capability, &mut scratch)?;
+        let Target::Compiled(code) = &overload.target else {
+            return Err(Error::Type(
+                "bind() needs a kernel fastlaunch launches itself (not debug=True)".into(),
+            ));
+        };
+        let mut arg_slots = Vec::with_capacity(args.len());
+        for (index, value) in scratch.values.iter().enumerate() {
+            let start = scratch.params.len();
+            overload
+                .plan
+                .pack_one(index, value, &scratch.dims, names, &mut scratch.params)?;
+            arg_slots.push(start..scratch.params.len());
+        }
+        Ok(BoundLaunch {
+            kernel: self.kernel.clone_ref(py),
+            code: code.clone(),
+            plan: overload.plan.clone(),
+            dims: self.dims,
+            context: context.context,
+            params: PackedParams::new(scratch.params.slots()),
+            arg_fingerprints: split_fingerprint(&scratch.fingerprint),
+            arg_slots,
+            args: args.iter().map(Bound::unbind).collect(),
+        })
+    }
+}
+
+#[pymethods]
+impl BoundLaunch {
+    /// Submits the launch again, as bound.
+    #[inline]
+    fn __call__(&self) -> PyResult<()> {
+        let driver = driver()?;
+        let current = driver.launch_context().map_err(Error::from)?;
+        if current.context != self.context {
+            return Err(Error::Value(
+                "this launch was bound in another CUDA context; bind it again in this one".into(),
+            )
+            .into());
+        }
+        // SAFETY: the slots were packed by the overload's plan for these arguments, which
+        // this object keeps alive; the pointer array points into them and the driver only
+        // reads through it.
+        unsafe {
+            self.code
+                .launch(driver, &self.dims, self.params.pointers.as_ptr() as *mut _)
+                .map_err(PyErr::from)
+        }
+    }
+
+    /// Replaces every argument (same types as bound), repacking them all.
+    #[pyo3(signature = (*args))]
+    fn set_args(&mut self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        if args.len() != self.args.len() {
+            return Err(Error::Type(format!(
+                "set_args() takes the {} bound arguments, got {}",
+                self.args.len(),
+                args.len()
+            ))
+            .into());
+        }
+        for (index, arg) in args.iter().enumerate() {
+            self.set_arg(py, index, &arg)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces argument `index` by `value` of the same type, repacking only its slots.
+    fn set_arg(&mut self, py: Python<'_>, index: usize, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let kernel = self.kernel.bind(py).get();
+        let names = kernel.names();
+        let (Some(expected), Some(slots)) = (
+            self.arg_fingerprints.get(index),
+            self.arg_slots.get(index).cloned(),
+        ) else {
+            return Err(Error::Index(format!("argument index {index} out of range")).into());
+        };
+        let mut scratch = Scratch::default();
+        scratch.launch_stream = self.dims.stream;
+        let at = Position {
+            index,
+            name: names.get(index).map_or("", String::as_str),
+        };
+        read_arg(value, at, &mut scratch)?;
+        if *scratch.fingerprint != **expected {
+            return Err(at
+                .error("a bound argument can only be replaced by one of the same type, ndim and layout")
+                .into());
+        }
+        self.plan.pack_one(
+            index,
+            &scratch.values[0],
+            &scratch.dims,
+            names,
+            &mut scratch.params,
+        )?;
+        self.params.slots[slots].copy_from_slice(scratch.params.slots());
+        self.args[index] = value.clone().unbind();
+        Ok(())
+    }
 }
 
 /// Chooses the launch stream and orders it after the inputs' producer streams (see

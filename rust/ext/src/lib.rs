@@ -17,6 +17,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<kernel::Kernel>()?;
     m.add_class::<kernel::Launcher>()?;
+    m.add_class::<kernel::BoundLaunch>()?;
     m.add_class::<kernel::CompiledKernel>()?;
     m.add_class::<streams::Stream>()?;
     m.add_class::<streams::Event>()?;

@@ -82,36 +82,50 @@ impl Plan {
         names: &[String],
         out: &mut ParamBuffer,
     ) -> Result<()> {
-        for (index, (param, value)) in self.params.iter().zip(values).enumerate() {
-            match (param, value) {
-                (Param::Array { .. }, ArgValue::Array(array)) => {
-                    out.push_u64(0); // meminfo
-                    out.push_u64(0); // parent
-                    out.push_u64(array.nitems);
-                    out.push_u64(array.itemsize);
-                    out.push_u64(array.data);
-                    for &extent_or_stride in &dims[array.dims_at..array.dims_at + 2 * array.ndim] {
-                        out.push_i64(extent_or_stride);
+        for (index, value) in values.iter().enumerate() {
+            self.pack_one(index, value, dims, names, out)?;
+        }
+        Ok(())
+    }
+
+    /// Packs argument `index` (classified as `value`) into `out`.
+    #[inline]
+    pub fn pack_one(
+        &self,
+        index: usize,
+        value: &ArgValue,
+        dims: &[i64],
+        names: &[String],
+        out: &mut ParamBuffer,
+    ) -> Result<()> {
+        match (self.params.get(index), value) {
+            (Some(Param::Array { .. }), ArgValue::Array(array)) => {
+                out.push_u64(0); // meminfo
+                out.push_u64(0); // parent
+                out.push_u64(array.nitems);
+                out.push_u64(array.itemsize);
+                out.push_u64(array.data);
+                for &extent_or_stride in &dims[array.dims_at..array.dims_at + 2 * array.ndim] {
+                    out.push_i64(extent_or_stride);
+                }
+            }
+            (Some(Param::Scalar(target)), ArgValue::Scalar(value)) => {
+                let slots = value.convert(*target).map_err(|message| {
+                    Position {
+                        index,
+                        name: names.get(index).map_or("", String::as_str),
                     }
+                    .error(message)
+                })?;
+                out.push_u64(slots[0]);
+                if target.is_complex() {
+                    out.push_u64(slots[1]);
                 }
-                (Param::Scalar(target), ArgValue::Scalar(value)) => {
-                    let slots = value.convert(*target).map_err(|message| {
-                        Position {
-                            index,
-                            name: names.get(index).map_or("", String::as_str),
-                        }
-                        .error(message)
-                    })?;
-                    out.push_u64(slots[0]);
-                    if target.is_complex() {
-                        out.push_u64(slots[1]);
-                    }
-                }
-                _ => {
-                    return Err(Error::Value(format!(
-                        "argument {index} does not match its packing plan"
-                    )))
-                }
+            }
+            _ => {
+                return Err(Error::Value(format!(
+                    "argument {index} does not match its packing plan"
+                )))
             }
         }
         Ok(())
