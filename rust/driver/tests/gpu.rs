@@ -17,8 +17,8 @@ use std::ptr;
 
 use fastlaunch_driver::context::attribute;
 use fastlaunch_driver::{
-    DeviceBuffer, Driver, Error, Event, Kernel, KernelAttribute, LaunchDims, Library,
-    ParamBuffer, Result, Stream,
+    DeviceBuffer, Driver, Error, Event, Kernel, KernelAttribute, LaunchDims, Library, ParamBuffer,
+    Result, Stream,
 };
 
 /// Two kernels in PTX ISA 8.0 for sm_90 (Hopper; the GPU machine has an H200).
@@ -163,7 +163,11 @@ fn assert_filled(values: &[f32], n: usize, value: f32) {
         if i < n {
             assert_eq!(*v, value, "element {i} of {}", values.len());
         } else {
-            assert_eq!(v.to_bits(), UNTOUCHED, "element {i} (>= n = {n}) was written");
+            assert_eq!(
+                v.to_bits(),
+                UNTOUCHED,
+                "element {i} (>= n = {n}) was written"
+            );
         }
     }
 }
@@ -295,25 +299,40 @@ fn pci_bus_id_check() {
 #[ignore = "needs a CUDA GPU"]
 fn devices_are_listed_and_described() {
     let driver = driver();
-    assert!(driver.version() >= 12000, "driver version {}", driver.version());
+    assert!(
+        driver.version() >= 12000,
+        "driver version {}",
+        driver.version()
+    );
     let count = driver.device_count();
     assert!(count >= 1);
     for ordinal in 0..count {
         assert_eq!(driver.device(ordinal).expect("device").ordinal, ordinal);
         let name = driver.device_name(ordinal).expect("device name");
         assert!(!name.trim().is_empty(), "device {ordinal} has no name");
-        let cc = driver.compute_capability(ordinal).expect("compute capability");
-        assert!(cc >= (7, 0), "device {ordinal} ({name}): compute capability {cc:?}");
+        let cc = driver
+            .compute_capability(ordinal)
+            .expect("compute capability");
+        assert!(
+            cc >= (7, 0),
+            "device {ordinal} ({name}): compute capability {cc:?}"
+        );
         let uuid = driver.device_uuid(ordinal).expect("uuid");
         assert_ne!(uuid, [0u8; 16], "device {ordinal} has a zero UUID");
         let bus_id = driver.device_pci_bus_id(ordinal).expect("pci bus id");
-        assert!(is_pci_bus_id(&bus_id), "device {ordinal}: PCI bus id {bus_id:?}");
+        assert!(
+            is_pci_bus_id(&bus_id),
+            "device {ordinal}: PCI bus id {bus_id:?}"
+        );
         let sms = driver
             .device_attribute(ordinal, attribute::MULTIPROCESSOR_COUNT)
             .expect("multiprocessor count");
         assert!(sms > 0, "device {ordinal}: {sms} multiprocessors");
         let warp = attribute::by_name("CU_DEVICE_ATTRIBUTE_WARP_SIZE").expect("a known name");
-        assert_eq!(driver.device_attribute(ordinal, warp).expect("warp size"), 32);
+        assert_eq!(
+            driver.device_attribute(ordinal, warp).expect("warp size"),
+            32
+        );
         assert!(driver.device_total_memory(ordinal).expect("total memory") > 0);
     }
     assert!(matches!(driver.device(count), Err(Error::Invalid(_))));
@@ -359,7 +378,10 @@ fn launch_context_makes_device_0_current_on_a_fresh_thread() {
         assert_eq!(chosen.context, primary);
         assert_eq!(driver.current_context().expect("current"), Some(primary));
         // Asked again, the answer (now from the per-thread cache) is the same.
-        assert_eq!(driver.launch_context().expect("launch context again"), chosen);
+        assert_eq!(
+            driver.launch_context().expect("launch context again"),
+            chosen
+        );
     });
 }
 
@@ -436,11 +458,8 @@ fn pointer_device_knows_allocations_not_host_memory() {
     assert_eq!(driver.pointer_device(buffer.ptr() + 512), Some(0));
 
     let on_stack = 7u64;
-    let on_heap = vec![0u8; 64];
-    assert_eq!(
-        driver.pointer_device(ptr::addr_of!(on_stack) as u64),
-        None
-    );
+    let on_heap = Box::new([0u8; 64]);
+    assert_eq!(driver.pointer_device(ptr::addr_of!(on_stack) as u64), None);
     assert_eq!(driver.pointer_device(on_heap.as_ptr() as u64), None);
 }
 
@@ -491,7 +510,15 @@ fn a_numba_array_argument_reaches_the_kernel() {
     for [nitems, itemsize, shape0, stride0, meminfo, parent] in cases {
         // Reusing the buffer checks that `as_params` follows what was pushed last.
         params.clear();
-        for value in [meminfo, parent, nitems, itemsize, buffer.ptr(), shape0, stride0] {
+        for value in [
+            meminfo,
+            parent,
+            nitems,
+            itemsize,
+            buffer.ptr(),
+            shape0,
+            stride0,
+        ] {
             params.push_u64(value);
         }
         assert_eq!(params.len(), 7);
@@ -553,7 +580,15 @@ fn the_cooperative_attribute_reaches_the_driver() {
         other => panic!("a cooperative grid of {grid} x {block}: {other:?}"),
     }
     kernels
-        .fill_ex(driver, &buffer, 256, 1.0, &dims(grid, block, 0), false, None)
+        .fill_ex(
+            driver,
+            &buffer,
+            256,
+            1.0,
+            &dims(grid, block, 0),
+            false,
+            None,
+        )
         .expect("the same grid, not cooperative");
     driver.synchronize().expect("synchronize");
     assert_filled(&read_f32s(&buffer), 256, 1.0);
@@ -564,14 +599,26 @@ fn the_cooperative_attribute_reaches_the_driver() {
 fn launch_ex_runs_thread_block_clusters() {
     let driver = on_device_0();
     let cluster_launch = attribute::by_name("CLUSTER_LAUNCH").expect("a known name");
-    if driver.device_attribute(0, cluster_launch).expect("attribute") == 0 {
+    if driver
+        .device_attribute(0, cluster_launch)
+        .expect("attribute")
+        == 0
+    {
         eprintln!("device 0 has no thread block clusters: skipped");
         return;
     }
     let kernels = TestKernels::load(driver);
     let buffer = sentinel_buffer(driver, 600);
     kernels
-        .fill_ex(driver, &buffer, 512, 3.0, &dims(4, 128, 0), false, Some([2, 1, 1]))
+        .fill_ex(
+            driver,
+            &buffer,
+            512,
+            3.0,
+            &dims(4, 128, 0),
+            false,
+            Some([2, 1, 1]),
+        )
         .expect("4 blocks in clusters of 2");
     driver.synchronize().expect("synchronize");
     assert_filled(&read_f32s(&buffer), 512, 3.0);
@@ -602,10 +649,7 @@ fn an_oversized_block_is_invalid_value_and_the_context_survives() {
 #[ignore = "needs a CUDA GPU"]
 fn a_garbage_image_is_refused() {
     let driver = on_device_0();
-    assert!(matches!(
-        Library::load(driver, b""),
-        Err(Error::Invalid(_))
-    ));
+    assert!(matches!(Library::load(driver, b""), Err(Error::Invalid(_))));
     // NUL-terminated, so the driver, which is given no length, reads it as (bad) PTX text.
     let garbage = b"this is neither a cubin, a fatbin nor PTX {{ }} ;;\0";
     match Library::load(driver, garbage) {
@@ -629,10 +673,7 @@ fn a_missing_kernel_is_an_error_naming_it() {
         .expect_err("a kernel that is not there");
     assert!(matches!(err, Error::Driver { .. }), "{err:?}");
     assert!(err.to_string().contains("no_such_kernel"), "{err}");
-    assert!(matches!(
-        library.kernel("fi\0ll"),
-        Err(Error::Invalid(_))
-    ));
+    assert!(matches!(library.kernel("fi\0ll"), Err(Error::Invalid(_))));
 }
 
 #[test]
@@ -641,7 +682,10 @@ fn kernel_attributes_and_occupancy() {
     let driver = on_device_0();
     let kernels = TestKernels::load(driver);
     let device_max = driver
-        .device_attribute(0, attribute::by_name("MAX_THREADS_PER_BLOCK").expect("name"))
+        .device_attribute(
+            0,
+            attribute::by_name("MAX_THREADS_PER_BLOCK").expect("name"),
+        )
         .expect("device max threads per block");
     let kernel_max = kernels
         .fill
@@ -683,7 +727,13 @@ fn streams_and_events_on_a_non_blocking_stream() {
     driver.synchronize().expect("synchronize the fill");
     start.record(stream.handle()).expect("record start");
     kernels
-        .fill(driver, &buffer, n as u32, 5.0, &dims(n as u32 / 256, 256, stream.handle()))
+        .fill(
+            driver,
+            &buffer,
+            n as u32,
+            5.0,
+            &dims(n as u32 / 256, 256, stream.handle()),
+        )
         .expect("launch on the stream");
     end.record(stream.handle()).expect("record end");
     end.synchronize().expect("event synchronize");
@@ -698,7 +748,9 @@ fn streams_and_events_on_a_non_blocking_stream() {
     for handle in [0, fastlaunch_driver::sys::CU_STREAM_PER_THREAD] {
         let external = Stream::external(driver, handle);
         assert_eq!(external.handle(), handle);
-        external.synchronize().expect("synchronizing a default stream");
+        external
+            .synchronize()
+            .expect("synchronizing a default stream");
     }
 }
 
@@ -736,7 +788,10 @@ fn stream_wait_event_orders_two_streams() {
         )
         .expect("launch on the second stream");
     second.synchronize().expect("synchronize the second stream");
-    assert!(done.query().expect("event query"), "waited-for event not done");
+    assert!(
+        done.query().expect("event query"),
+        "waited-for event not done"
+    );
     first.synchronize().expect("synchronize the first stream");
     assert_filled(&read_f32s(&buffer), n, 2.0);
 }
