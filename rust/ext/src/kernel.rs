@@ -650,8 +650,10 @@ impl Launcher {
         let driver = driver()?;
         let context = driver.launch_context()?;
         let compute_capability = compute_capability_code(driver, context.ordinal)?;
-        let mut scratch = Scratch::default();
-        scratch.launch_stream = self.dims.stream;
+        let mut scratch = Scratch {
+            launch_stream: self.dims.stream,
+            ..Scratch::default()
+        };
         let overload = resolve(py, kernel_object, args, compute_capability, &mut scratch)?;
         let Target::Compiled(code) = &overload.target else {
             return Err(Error::Type(
@@ -730,8 +732,10 @@ impl BoundLaunch {
         ) else {
             return Err(Error::Index(format!("argument index {index} out of range")).into());
         };
-        let mut scratch = Scratch::default();
-        scratch.launch_stream = self.dims.stream;
+        let mut scratch = Scratch {
+            launch_stream: self.dims.stream,
+            ..Scratch::default()
+        };
         let at = Position {
             index,
             name: names.get(index).map_or("", String::as_str),

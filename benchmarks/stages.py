@@ -1,0 +1,96 @@
+"""Where fastlaunch's per-launch time goes, stage by stage (run on the GPU machine).
+
+For each case: a plain Python call into the extension (the call's own cost), a pre-bound
+launch (call + context check + ``cuLaunchKernel``: no classification or packing), and a
+full launch (adds classification, fingerprint, overload lookup and packing). Subtracting
+neighbours gives each stage; the C floor comes from ``.gpu/bin/launch-bench``.
+
+    python3 benchmarks/stages.py [--batches 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+from numba import cuda
+
+import fastlaunch as fl
+from fastlaunch import _core
+
+BATCH = 256
+
+
+def per_launch_us(call: Callable[[], object], batches: int) -> float:
+    for _ in range(BATCH):
+        call()
+    fl.synchronize()
+    samples = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        for _ in range(BATCH):
+            call()
+        samples.append((time.perf_counter() - start) / BATCH * 1e6)
+        fl.synchronize()
+    return statistics.median(samples)
+
+
+def sources() -> dict[str, Callable[[tuple[int, ...]], object]]:
+    made: dict[str, Callable[[tuple[int, ...]], object]] = {
+        "numba": lambda shape: cuda.device_array(shape, np.float32)
+    }
+    try:
+        import cupy
+
+        made["cupy"] = lambda shape: cupy.zeros(shape, np.float32)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        made["torch"] = lambda shape: torch.zeros(shape, dtype=torch.float32, device="cuda")
+    except ImportError:
+        pass
+    return made
+
+
+def kernel(n_arrays: int, n_scalars: int, ndim: int) -> fl.Kernel:
+    names = [f"a{i}" for i in range(n_arrays)] + [f"s{i}" for i in range(n_scalars)]
+    source = f"def empty({', '.join(names)}):\n    pass\n"
+    namespace: dict[str, object] = {}
+    exec(source, namespace)  # noqa: S102 - a generated empty kernel with N parameters
+    return fl.jit(namespace["empty"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batches", type=int, default=50)
+    batches = parser.parse_args().batches
+    rows = []
+    noop = per_launch_us(_core.ordering_enabled, batches)
+    rows.append(("python -> rust call (no launch)", "-", noop, None, None))
+    cases = [("A", 0, 0, 1), ("B", 1, 0, 1), ("C", 3, 4, 2), ("D", 26, 0, 1)]
+    for case, n_arrays, n_scalars, ndim in cases:
+        k = kernel(n_arrays, n_scalars, ndim)
+        for source, make in sources().items() if n_arrays else [("-", None)]:
+            shape = (128,) if ndim == 1 else (16, 8)
+            arrays = [make(shape) for _ in range(n_arrays)] if make else []
+            scalars = [3, 1.5, 7, 2.5][:n_scalars]
+            args = (*arrays, *scalars)
+            launcher = k[1, 1]
+            bound = launcher.bind(*args)
+            full = per_launch_us(lambda launcher=launcher, args=args: launcher(*args), batches)
+            prebound = per_launch_us(bound, batches)
+            rows.append((case, source, full, prebound, full - prebound))
+    print(f"{'case':32} {'source':6} {'full µs':>8} {'bound µs':>9} {'args µs':>8}")
+    for case, source, full, prebound, args_us in rows:
+        bound_text = "" if prebound is None else f"{prebound:9.2f}"
+        args_text = "" if args_us is None else f"{args_us:8.2f}"
+        print(f"{case:32} {source:6} {full:8.2f} {bound_text:>9} {args_text:>8}")
+
+
+if __name__ == "__main__":
+    main()
