@@ -221,7 +221,9 @@ def jit(func_or_sig: Any = None, *signatures: Any, **options: Any) -> Any:
     and ``jit(existing_numba_kernel)``. ``device=True`` returns numba-cuda's own device
     function.
     """
-    _, cuda, _, _ = _numba()
+    # numba-cuda's own decorator, not the `numba.cuda.jit` attribute: that one may be
+    # fastlaunch.jit itself (the conformance runner patches it in).
+    from numba.cuda.decorators import jit as numba_jit
     from numba.cuda.dispatcher import CUDADispatcher
 
     if isinstance(func_or_sig, Kernel):
@@ -231,8 +233,8 @@ def jit(func_or_sig: Any = None, *signatures: Any, **options: Any) -> Any:
             raise TypeError("jit(existing_kernel) takes no further signatures or options")
         return Kernel(func_or_sig)
     if options.get("device"):
-        return cuda.jit(func_or_sig, *signatures, **options)
-    return _wrap(cuda.jit(func_or_sig, *signatures, **options), CUDADispatcher)
+        return numba_jit(func_or_sig, *signatures, **options)
+    return _wrap(numba_jit(func_or_sig, *signatures, **options), CUDADispatcher)
 
 
 def _wrap(made: Any, dispatcher_class: type) -> Any:
