@@ -130,6 +130,9 @@ def test_follow_policy_launches_on_torchs_current_stream():
     assert (out == 7).all()
 
 
+_KEEP: list = []  # owners of streams passed by raw handle: a handle must outlive its launches
+
+
 def _cuda_core_stream():
     from cuda.core import Device
 
@@ -147,13 +150,13 @@ def _cuda_core_stream():
         lambda: fl.default_stream(),
         lambda: fl.legacy_default_stream(),
         lambda: fl.per_thread_default_stream(),
-        lambda: fl.external_stream(fl.stream(non_blocking=True).handle),
+        lambda: fl.external_stream(_KEEP.append(fl.stream(non_blocking=True)) or _KEEP[-1].handle),
         lambda: cuda.stream(),
         lambda: cuda.default_stream(),
         lambda: __import__("torch").cuda.Stream(),
         lambda: __import__("cupy").cuda.Stream(),
         lambda: _cuda_core_stream(),
-        lambda: fl.stream().handle,
+        lambda: _KEEP.append(fl.stream()) or _KEEP[-1].handle,
     ],
     ids=[
         "zero",

@@ -263,7 +263,7 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
     if class
         .getattr("__cuda_ndarray__")
         .is_ok_and(|v| v.is_truthy().unwrap_or(false))
-        && has_attribute(&class, "gpu_data")
+        && has_attribute(arg, "gpu_data")
     {
         return Ok(Strategy::NumbaDeviceArray);
     }
@@ -588,17 +588,30 @@ fn push_from_attributes(
 fn read_numba_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
     let py = arg.py();
     let scalar = element_type(&arg.getattr(intern!(py, "dtype"))?, at)?;
-    // `gpu_data.device_pointer` is a cuda.bindings CUdeviceptr (converted with `int()`); far
-    // cheaper than `device_ctypes_pointer`, a property that builds a ctypes object.
-    let pointer = arg
-        .getattr(intern!(py, "gpu_data"))?
-        .getattr(intern!(py, "device_pointer"))?;
-    // SAFETY: PyNumber_Long returns a new reference, or null with an exception set.
-    let data: u64 =
-        unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Long(pointer.as_ptr())) }?
-            .extract()
-            .map_err(|_| at.error("numba device array has an invalid device pointer"))?;
+    let data = numba_device_pointer(&arg.getattr(intern!(py, "gpu_data"))?)
+        .map_err(|_| at.error("numba device array has no readable device pointer"))?;
     push_from_attributes(arg, at, scratch, data, scalar)
+}
+
+/// The address behind a numba `gpu_data` (an `OwnedPointer` or a `MemoryPointer`), read
+/// from the instance dict: `OwnedPointer` keeps `device_ctypes_pointer` there, and
+/// `MemoryPointer` keeps `device_pointer` (a CUdeviceptr). Plain attribute access would
+/// go through `OwnedPointer.__getattr__`, which raises and catches an AttributeError
+/// first (over 1 µs per array).
+fn numba_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let py = gpu_data.py();
+    let fields = gpu_data.getattr(intern!(py, "__dict__"))?;
+    let fields = fields.cast::<PyDict>()?;
+    if let Some(pointer) = fields.get_item(intern!(py, "device_ctypes_pointer"))? {
+        let value = pointer.getattr(intern!(py, "value"))?;
+        return if value.is_none() { Ok(0) } else { value.extract() };
+    }
+    let pointer = match fields.get_item(intern!(py, "device_pointer"))? {
+        Some(pointer) => pointer,
+        None => gpu_data.getattr(intern!(py, "device_pointer"))?,
+    };
+    // SAFETY: PyNumber_Long returns a new reference, or null with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Long(pointer.as_ptr())) }?.extract()
 }
 
 fn read_cupy_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {

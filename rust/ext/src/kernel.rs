@@ -768,6 +768,9 @@ fn order_inputs(
     dims: &LaunchDims,
     scratch: &mut Scratch,
 ) -> Result<LaunchDims> {
+    if !streams::ordering_enabled() && !streams::follows_current_stream() {
+        return Ok(*dims);
+    }
     let mut exchange_stream = None;
     if let Some((query, device_type, device_id)) = scratch.exchange_stream {
         let mut stream: *mut std::ffi::c_void = std::ptr::null_mut();
