@@ -500,13 +500,14 @@ pub fn layout_of(shape: &[i64], strides: &[i64], itemsize: i64) -> u8 {
     if shape.contains(&0) {
         return LAYOUT_C;
     }
+    // i128: a stride product past i64 cannot wrap around to a matching value.
     let contiguous = |order: &mut dyn Iterator<Item = usize>| {
-        let mut expected = itemsize;
+        let mut expected = i128::from(itemsize);
         for d in order {
-            if shape[d] != 1 && strides[d] != expected {
+            if shape[d] != 1 && i128::from(strides[d]) != expected {
                 return false;
             }
-            expected *= shape[d];
+            expected = expected.saturating_mul(i128::from(shape[d]));
         }
         true
     };

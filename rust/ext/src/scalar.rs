@@ -95,7 +95,7 @@ impl Scalar {
         if bytes.len() < 3 || !matches!(bytes[0], b'<' | b'|' | b'=') {
             return None;
         }
-        let size: usize = typestr[2..].parse().ok()?;
+        let size: usize = typestr.get(2..)?.parse().ok()?;
         let scalar = match (bytes[1], size) {
             (b'b', 1) => Scalar::Bool,
             (b'i', 1) => Scalar::I8,
