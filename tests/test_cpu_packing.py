@@ -510,11 +510,6 @@ def test_reference_scalar_is_numbas_own_prepare_args(ty, value):
     assert reference_scalar(ty, value) == numba_prepare_args(ty, value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: float -> float16 drops a NaN's sign and payload (always 0x7e00); "
-    "numba-cuda's np.float16(v) keeps them",
-)
 @pytest.mark.parametrize(
     "value",
     [

@@ -281,7 +281,12 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
     {
         return Ok(Strategy::CupyArray);
     }
-    if module == "numpy" {
+    let is_host_array = py
+        .import("numpy")
+        .and_then(|np| np.getattr("ndarray"))
+        .and_then(|ndarray| arg.is_instance(&ndarray))
+        .unwrap_or(false);
+    if is_host_array {
         return Err(at.error(
             "host NumPy arrays are not supported yet; copy it to the device first \
              (numba.cuda.to_device, cupy.asarray, torch.as_tensor(..., device='cuda'))",
@@ -605,7 +610,11 @@ fn numba_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
     let fields = fields.cast::<PyDict>()?;
     if let Some(pointer) = fields.get_item(intern!(py, "device_ctypes_pointer"))? {
         let value = pointer.getattr(intern!(py, "value"))?;
-        return if value.is_none() { Ok(0) } else { value.extract() };
+        return if value.is_none() {
+            Ok(0)
+        } else {
+            value.extract()
+        };
     }
     let pointer = match fields.get_item(intern!(py, "device_pointer"))? {
         Some(pointer) => pointer,

@@ -330,15 +330,19 @@ fn parse_dims(value: &Bound<'_, PyAny>, name: &str) -> Result<[u32; 3]> {
                 shown()
             )));
         }
-        let v: i64 = item
+        let v: Option<i64> = item
             .call_method0(intern!(item.py(), "__index__"))?
-            .extract()?;
-        *slot = u32::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| {
-            Error::Value(format!(
-                "{name} values must be positive and below 2**32, got {}",
-                shown()
-            ))
-        })?;
+            .extract()
+            .ok();
+        *slot = v
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|&v| v > 0)
+            .ok_or_else(|| {
+                Error::Value(format!(
+                    "{name} values must be positive and below 2**32, got {}",
+                    shown()
+                ))
+            })?;
     }
     Ok(dims)
 }
@@ -350,9 +354,12 @@ pub(crate) fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
         return Ok(0);
     }
     if stream.is_instance_of::<pyo3::types::PyInt>() {
-        let handle: i64 = stream.extract()?;
-        return usize::try_from(handle).map_err(|_| {
-            Error::Value(format!("a stream handle cannot be negative, got {handle}"))
+        return stream.extract::<usize>().map_err(|_| {
+            Error::Value(if stream.lt(0).unwrap_or(false) {
+                format!("a stream handle cannot be negative, got {stream}")
+            } else {
+                format!("a stream handle must fit in 64 bits, got {stream}")
+            })
         });
     }
     if let Ok(protocol) = stream.getattr(intern!(stream.py(), "__cuda_stream__")) {
@@ -389,13 +396,13 @@ impl Launcher {
             None => 0,
             Some(s) if s.is_none() => 0,
             Some(s) => {
-                let bytes: i64 = s
-                    .extract()
-                    .map_err(|_| Error::Type(format!("sharedmem must be an int, got {s}")))?;
-                u32::try_from(bytes).map_err(|_| {
-                    Error::Value(format!(
-                        "sharedmem must be between 0 and 2**32, got {bytes}"
-                    ))
+                // SAFETY: PyNumber_Index returns a new reference, or null with an exception set.
+                let index = unsafe {
+                    Bound::from_owned_ptr_or_err(s.py(), ffi::PyNumber_Index(s.as_ptr()))
+                }
+                .map_err(|_| Error::Type(format!("sharedmem must be an int, got {s}")))?;
+                index.extract::<u32>().map_err(|_| {
+                    Error::Value(format!("sharedmem must be between 0 and 2**32, got {s}"))
                 })?
             }
         };

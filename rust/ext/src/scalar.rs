@@ -267,7 +267,9 @@ pub fn f64_to_half(value: f64) -> u16 {
     let sign: u16 = if value.is_sign_negative() { 0x8000 } else { 0 };
     let magnitude = value.abs();
     if value.is_nan() {
-        return 0x7e00;
+        // Keep the sign and the top payload bits, as NumPy does; stay a NaN.
+        let payload = ((value.to_bits() & 0x000f_ffff_ffff_ffff) >> 42) as u16;
+        return sign | 0x7c00 | payload.max(1);
     }
     if magnitude >= 65520.0 {
         return sign | 0x7c00; // rounds to infinity
