@@ -443,7 +443,9 @@ def test_bad_launch_configurations(config, error, message):
     ids=repr,
 )
 def test_launch_configuration_ints_beyond_64_bits(config):
-    with pytest.raises(ValueError, match="below 2\\*\\*32|cannot be|between 0 and 2\\*\\*32|must fit in 64 bits"):
+    with pytest.raises(
+        ValueError, match="below 2\\*\\*32|cannot be|between 0 and 2\\*\\*32|must fit in 64 bits"
+    ):
         kernel[config]
 
 
