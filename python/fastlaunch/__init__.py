@@ -5,12 +5,13 @@ Change ``@cuda.jit`` to ``@fastlaunch.jit``; everything else stays numba-cuda's.
 
 from __future__ import annotations
 
-from fastlaunch import _core
+from typing import TYPE_CHECKING, Any
+
+from fastlaunch import _core, errors
 from fastlaunch._core import driver_version, is_available, synchronize
 from fastlaunch.devices import Device, DeviceList, current_device, gpus, select_device
 from fastlaunch.dispatcher import Kernel, jit
 from fastlaunch.errors import (
-    CudaDriverError,
     CudaError,
     CudaUnavailableError,
     KernelArgumentError,
@@ -31,6 +32,17 @@ from fastlaunch.streams import (
 )
 
 __version__: str = _core.__version__
+
+if TYPE_CHECKING:
+    from fastlaunch.errors import CudaDriverError
+
+
+def __getattr__(name: str) -> Any:
+    # CudaDriverError is built on first use (see fastlaunch.errors).
+    if name == "CudaDriverError":
+        return errors.CudaDriverError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CudaDriverError",

@@ -39,6 +39,10 @@ def numba_type(descriptor: tuple) -> Any:
     return getattr(types, descriptor[1])
 
 
+class UnpackedParameter(TypeError):
+    """A parameter type fastlaunch does not pack itself (numba-cuda launches those)."""
+
+
 def plan_entry(numba_param_type: Any, position: int, name: str) -> str:
     """How Rust packs an argument for a parameter of this numba type."""
     _, _, types, _ = _numba()
@@ -48,11 +52,9 @@ def plan_entry(numba_param_type: Any, position: int, name: str) -> str:
         return "boolean"
     if isinstance(numba_param_type, (types.Integer, types.Float, types.Complex)):
         return numba_param_type.name
-    raise KernelArgumentError(
-        f"argument {position} ({name}): parameters of type {numba_param_type} "
-        "are not supported by fastlaunch yet",
-        position,
-        name,
+    raise UnpackedParameter(
+        f"argument {position} ({name}): fastlaunch does not pack parameters of type "
+        f"{numba_param_type}"
     )
 
 
@@ -116,6 +118,10 @@ class Kernel(_core.Kernel):
         if names is not None:
             self._set_parameter_names(names)
         self._names = names or []
+        if dispatcher.targetoptions.get("extensions"):
+            # Extensions rewrite arguments in Python (prepare_args) on every launch.
+            self._set_always_numba(True)
+        self.numba_launches = 0
 
     @property
     def py_func(self) -> Callable[..., Any]:
@@ -150,9 +156,50 @@ class Kernel(_core.Kernel):
             params = tuple(kernel.signature.args)
             for i, (expected, given) in enumerate(zip(params, argtypes, strict=True)):
                 _check_argument(expected, given, i, self._name(i))
-            plan = [plan_entry(t, i, self._name(i)) for i, t in enumerate(params)]
-            target = self._target(kernel, compute_capability)
+            try:
+                plan: list[str] | None = [
+                    plan_entry(t, i, self._name(i)) for i, t in enumerate(params)
+                ]
+                target = self._target(kernel, compute_capability)
+            except UnpackedParameter:
+                plan, target = None, self._numba_target(kernel)
         self._register(fingerprint, compute_capability, plan, target)
+
+    def _launch_with_numba(
+        self, args: tuple, griddim: tuple, blockdim: tuple, stream: Any, sharedmem: int
+    ) -> None:
+        """numba-cuda's own launch, for arguments fastlaunch does not pack (host arrays,
+        ``cuda.In``/``Out``/``InOut``, records, tuples, enums, datetimes) and kernels with
+        ``extensions``. Non-contiguous host arrays (which numba-cuda refuses) go through a
+        contiguous copy that is written back after the launch."""
+        np = _numba()[0]
+        self.numba_launches += 1
+        prepared = []
+        write_back = []
+        for arg in args:
+            if isinstance(arg, np.ndarray) and not (
+                arg.flags.c_contiguous or arg.flags.f_contiguous
+            ):
+                contiguous = np.ascontiguousarray(arg)
+                prepared.append(contiguous)
+                write_back.append((arg, contiguous))
+            else:
+                prepared.append(arg)
+        numba_stream = _stream_for_numba(stream)
+        self._dispatcher[griddim, blockdim, numba_stream, sharedmem](*prepared)
+        if write_back:
+            numba_stream.sync()
+            for original, contiguous in write_back:
+                original[...] = contiguous
+
+    def _numba_target(self, kernel: Any) -> Callable[..., None]:
+        """An overload launched by numba-cuda's ``_Kernel.launch`` (parameter types Rust does
+        not pack, such as ``CPointer``)."""
+
+        def target(args, griddim, blockdim, stream, sharedmem, _kernel=kernel):
+            _kernel.launch(args, griddim, blockdim, _stream_for_numba(stream), sharedmem)
+
+        return target
 
     def _name(self, position: int) -> str:
         return self._names[position] if position < len(self._names) else f"arg{position}"
@@ -185,10 +232,7 @@ class Kernel(_core.Kernel):
             return known[1]
         target: _core.CompiledKernel | Callable[..., None]
         if kernel.debug:
-
-            def target(args, griddim, blockdim, stream, sharedmem, _kernel=kernel):
-                _kernel.launch(args, griddim, blockdim, _stream_for_numba(stream), sharedmem)
-
+            target = self._numba_target(kernel)  # reads back the error code after each launch
         else:
             major, minor = divmod(compute_capability, 10)
             cc = (major, minor, "a" if compute_capability >= 90 else "")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 
 class CudaError(Exception):
     """Base class of every CUDA failure fastlaunch reports."""
@@ -9,16 +11,6 @@ class CudaError(Exception):
 
 class CudaUnavailableError(CudaError):
     """No usable CUDA: the driver library is missing, or there is no device."""
-
-
-class CudaDriverError(CudaError):
-    """A CUDA driver call failed. ``code`` is the ``CUresult``; ``name`` its name."""
-
-    def __init__(self, message: str, code: int, name: str, during: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.name = name
-        self.during = during
 
 
 class KernelArgumentError(TypeError):
@@ -32,6 +24,45 @@ class KernelArgumentError(TypeError):
         super().__init__(message)
         self.position = position
         self.name = name
+
+
+def _driver_error_class() -> type:
+    """``CudaDriverError``, built on first use: it is also a ``cuda.core`` ``CUDAError`` (what
+    numba-cuda raises for failed launches), and importing cuda.core costs half a second."""
+    try:
+        from cuda.core._utils.cuda_utils import CUDAError as core_error
+    except ImportError:  # pragma: no cover - cuda.core comes with numba-cuda
+        core_error = RuntimeError
+
+    class CudaDriverError(CudaError, core_error):  # type: ignore[valid-type,misc]
+        """A CUDA driver call failed. ``code`` is the ``CUresult``; ``name`` its name;
+        ``during`` what was being done."""
+
+        def __init__(self, message: str, code: int, name: str, during: str) -> None:
+            super().__init__(message)
+            self.code = code
+            self.name = name
+            self.during = during
+
+    CudaDriverError.__module__ = __name__
+    return CudaDriverError
+
+
+if TYPE_CHECKING:
+
+    class CudaDriverError(CudaError):
+        code: int
+        name: str
+        during: str
+
+        def __init__(self, message: str, code: int, name: str, during: str) -> None: ...
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CudaDriverError":
+        globals()[name] = error_class = _driver_error_class()
+        return error_class
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["CudaDriverError", "CudaError", "CudaUnavailableError", "KernelArgumentError"]

@@ -69,6 +69,8 @@ pub struct Scratch {
     pub exchange_stream: Option<(dlpack::CurrentWorkStream, i32, i32)>,
     /// Whether a CuPy array is among the inputs (CuPy's current stream then counts).
     pub has_cupy: bool,
+    /// An argument only numba-cuda's own launch path can pass (see `Strategy::Numba`).
+    pub needs_numba: bool,
 }
 
 impl Scratch {
@@ -81,12 +83,16 @@ impl Scratch {
         self.producers.clear();
         self.exchange_stream = None;
         self.has_cupy = false;
+        self.needs_numba = false;
     }
 }
 
 /// How arguments of one Python type are read.
 #[derive(Clone, Copy)]
 enum Strategy {
+    /// Kinds numba-cuda launches and fastlaunch does not pack: host arrays, `cuda.In` /
+    /// `Out` / `InOut`, records, tuples, enums, datetimes, device records.
+    Numba,
     NumpyScalar(Scalar),
     NumbaDeviceArray,
     CupyArray,
@@ -182,6 +188,10 @@ pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch)
         }
         Strategy::CudaArrayInterface => read_cai(arg, at, scratch),
         Strategy::DLPack => read_dlpack(arg, at, scratch),
+        Strategy::Numba => {
+            scratch.needs_numba = true;
+            Ok(())
+        }
     }
 }
 
@@ -256,6 +266,7 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
             let dtype = arg.getattr(intern!(py, "dtype"))?;
             return match dtype_scalar(&dtype)? {
                 Some(scalar) => Ok(Strategy::NumpyScalar(scalar)),
+                None if numba_only_dtype(&dtype) => Ok(Strategy::Numba),
                 None => Err(at.error(format!("NumPy scalars of dtype {dtype} are not supported"))),
             };
         }
@@ -286,11 +297,20 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
         .and_then(|np| np.getattr("ndarray"))
         .and_then(|ndarray| arg.is_instance(&ndarray))
         .unwrap_or(false);
-    if is_host_array {
-        return Err(at.error(
-            "host NumPy arrays are not supported yet; copy it to the device first \
-             (numba.cuda.to_device, cupy.asarray, torch.as_tensor(..., device='cuda'))",
-        ));
+    let is_enum = py
+        .import("enum")
+        .and_then(|e| e.getattr("Enum"))
+        .and_then(|enum_class| arg.is_instance(&enum_class))
+        .unwrap_or(false);
+    let is_device_record =
+        has_attribute(&class, "__cuda_memory__") && !has_attribute(&class, "__cuda_ndarray__");
+    if is_host_array
+        || is_enum
+        || is_device_record
+        || arg.is_instance_of::<PyTuple>()
+        || module == "numba.cuda.args"
+    {
+        return Ok(Strategy::Numba);
     }
     // The generic protocols may be instance attributes (as on many test doubles).
     if has_attribute(arg, "__cuda_array_interface__") {
@@ -552,9 +572,21 @@ fn tuple_ints<'a>(
         .collect()
 }
 
-fn element_type(dtype: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Scalar> {
-    dtype_scalar(dtype)?
-        .ok_or_else(|| at.error(format!("arrays of dtype {dtype} are not supported")))
+/// Structured, datetime and timedelta dtypes: numba-cuda types and passes these itself.
+fn numba_only_dtype(dtype: &Bound<'_, PyAny>) -> bool {
+    dtype
+        .getattr(intern!(dtype.py(), "kind"))
+        .and_then(|kind| kind.extract::<String>())
+        .is_ok_and(|kind| matches!(kind.as_str(), "V" | "M" | "m"))
+}
+
+/// The element type of an array's dtype; `None` when only numba-cuda can pass the array.
+fn element_type(dtype: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Option<Scalar>> {
+    match dtype_scalar(dtype)? {
+        Some(scalar) => Ok(Some(scalar)),
+        None if numba_only_dtype(dtype) => Ok(None),
+        None => Err(at.error(format!("arrays of dtype {dtype} are not supported"))),
+    }
 }
 
 /// Reads `shape` and `strides` attributes (tuples of ints) and pushes the array.
@@ -593,7 +625,10 @@ fn push_from_attributes(
 
 fn read_numba_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
     let py = arg.py();
-    let scalar = element_type(&arg.getattr(intern!(py, "dtype"))?, at)?;
+    let Some(scalar) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
+        scratch.needs_numba = true;
+        return Ok(());
+    };
     let data = numba_device_pointer(&arg.getattr(intern!(py, "gpu_data"))?)
         .map_err(|_| at.error("numba device array has no readable device pointer"))?;
     push_from_attributes(arg, at, scratch, data, scalar)
@@ -626,7 +661,10 @@ fn numba_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
 
 fn read_cupy_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
     let py = arg.py();
-    let scalar = element_type(&arg.getattr(intern!(py, "dtype"))?, at)?;
+    let Some(scalar) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
+        scratch.needs_numba = true;
+        return Ok(());
+    };
     let data: u64 = arg
         .getattr(intern!(py, "data"))?
         .getattr(intern!(py, "ptr"))?
@@ -746,6 +784,10 @@ fn read_cai(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> 
     let typestr: String = get("typestr")?
         .extract()
         .map_err(|_| at.error("__cuda_array_interface__ 'typestr' must be a str"))?;
+    if matches!(typestr.as_bytes().get(1), Some(b'V' | b'M' | b'm')) {
+        scratch.needs_numba = true;
+        return Ok(());
+    }
     let scalar = Scalar::from_typestr(&typestr).ok_or_else(|| {
         at.error(format!(
             "__cuda_array_interface__ typestr {typestr:?} is not supported"

@@ -129,7 +129,8 @@ enum Target {
 struct Overload {
     fingerprint: Box<[u8]>,
     compute_capability: u32,
-    plan: Plan,
+    /// How Rust packs the arguments; `None` for Python targets, which get the objects.
+    plan: Option<Plan>,
     target: Target,
 }
 
@@ -149,6 +150,8 @@ pub struct Kernel {
     /// Serialises registrations (misses only); launches never take it.
     register_lock: Mutex<()>,
     parameter_names: OnceLock<Box<[String]>>,
+    /// Every launch goes through numba-cuda's own path (kernels with `extensions`).
+    always_numba: std::sync::atomic::AtomicBool,
 }
 
 #[pymethods]
@@ -162,6 +165,7 @@ impl Kernel {
             misses: AtomicU64::new(0),
             register_lock: Mutex::new(()),
             parameter_names: OnceLock::new(),
+            always_numba: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -170,6 +174,11 @@ impl Kernel {
         self.parameter_names.set(names.into()).map_err(|_| {
             pyo3::exceptions::PyRuntimeError::new_err("parameter names are already set")
         })
+    }
+
+    /// Sends every launch through numba-cuda's own path (`_launch_with_numba`).
+    fn _set_always_numba(&self, always: bool) {
+        self.always_numba.store(always, Ordering::Relaxed);
     }
 
     /// Launches that did not find an overload in the Rust table (and entered Python).
@@ -191,12 +200,19 @@ impl Kernel {
         &self,
         fingerprint: &[u8],
         compute_capability: u32,
-        plan: Vec<String>,
+        plan: Option<Vec<String>>,
         target: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let plan = Plan::parse(&plan)?;
-        plan.check_fingerprint(fingerprint)?;
+        let plan = plan.map(|plan| Plan::parse(&plan)).transpose()?;
+        if let Some(plan) = &plan {
+            plan.check_fingerprint(fingerprint)?;
+        }
         let target = match target.cast::<CompiledKernel>() {
+            Ok(_) if plan.is_none() => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "a CompiledKernel target needs a packing plan",
+                ))
+            }
             Ok(compiled) => Target::Compiled(compiled.get().code.clone()),
             Err(_) if target.is_callable() => Target::Python(target.clone().unbind()),
             Err(_) => {
@@ -493,7 +509,7 @@ fn check_argument_count(names: &[String], given: usize) -> Result<()> {
 }
 
 /// Classifies `args` into `scratch` and finds their overload, entering Python (to type and
-/// compile) only when the table has none.
+/// compile) only when the table has none. `None`: an argument only numba-cuda can pass.
 #[inline]
 fn resolve(
     py: Python<'_>,
@@ -501,7 +517,7 @@ fn resolve(
     args: &Bound<'_, PyTuple>,
     compute_capability: u32,
     scratch: &mut Scratch,
-) -> Result<Arc<Overload>> {
+) -> Result<Option<Arc<Overload>>> {
     let kernel = kernel_object.get();
     let names = kernel.names();
     for (index, arg) in args.iter().enumerate() {
@@ -511,8 +527,11 @@ fn resolve(
         };
         read_arg(&arg, at, scratch)?;
     }
+    if scratch.needs_numba {
+        return Ok(None);
+    }
     if let Some(overload) = kernel.find(&scratch.fingerprint, compute_capability) {
-        return Ok(overload);
+        return Ok(Some(overload));
     }
     kernel.misses.fetch_add(1, Ordering::Relaxed);
     let fingerprint = PyBytes::new(py, &scratch.fingerprint);
@@ -522,6 +541,7 @@ fn resolve(
     )?;
     kernel
         .find(&scratch.fingerprint, compute_capability)
+        .map(Some)
         .ok_or_else(|| Error::Value("the kernel registered no overload for these arguments".into()))
 }
 
@@ -532,21 +552,25 @@ fn launch(
     stream: &Py<PyAny>,
     args: &Bound<'_, PyTuple>,
 ) -> Result<()> {
-    let names = kernel_object.get().names();
+    let kernel = kernel_object.get();
+    let names = kernel.names();
     check_argument_count(names, args.len())?;
+    if kernel.always_numba.load(Ordering::Relaxed) {
+        return launch_with_numba(py, kernel_object, dims, stream, args);
+    }
     let driver = driver()?;
     let context = driver.launch_context()?;
     let compute_capability = compute_capability_code(driver, context.ordinal)?;
     with_scratch(|scratch| {
         scratch.reset();
         scratch.launch_stream = dims.stream;
-        let overload = resolve(py, kernel_object, args, compute_capability, scratch)?;
+        let Some(overload) = resolve(py, kernel_object, args, compute_capability, scratch)? else {
+            return launch_with_numba(py, kernel_object, dims, stream, args);
+        };
         let dims = &order_inputs(py, context.context, dims, scratch)?;
-        match &overload.target {
-            Target::Compiled(code) => {
-                overload
-                    .plan
-                    .pack(&scratch.values, &scratch.dims, names, &mut scratch.params)?;
+        match (&overload.target, &overload.plan) {
+            (Target::Compiled(code), Some(plan)) => {
+                plan.pack(&scratch.values, &scratch.dims, names, &mut scratch.params)?;
                 let params = scratch.params.as_params();
                 // SAFETY: the plan was checked against this fingerprint at registration and
                 // packs one 8-byte slot per flattened parameter of the compiled entry, as
@@ -554,21 +578,55 @@ fn launch(
                 // capsules in the scratch) are alive until the launch is submitted.
                 unsafe { code.launch(driver, dims, params) }
             }
-            Target::Python(callable) => {
-                callable.call1(
-                    py,
-                    (
-                        args,
-                        (dims.grid[0], dims.grid[1], dims.grid[2]),
-                        (dims.block[0], dims.block[1], dims.block[2]),
-                        stream.clone_ref(py),
-                        dims.shared_mem_bytes,
-                    ),
-                )?;
+            (Target::Python(callable), _) => {
+                callable.call1(py, launch_arguments(py, args, dims, stream))?;
                 Ok(())
             }
+            (Target::Compiled(_), None) => Err(Error::Value(
+                "a compiled overload was registered without a packing plan".into(),
+            )),
         }
     })
+}
+
+/// `(args, griddim, blockdim, stream, sharedmem)`: how launches made in Python get them.
+type PythonLaunchArguments<'py> = (
+    Bound<'py, PyTuple>,
+    (u32, u32, u32),
+    (u32, u32, u32),
+    Py<PyAny>,
+    u32,
+);
+
+fn launch_arguments<'py>(
+    py: Python<'py>,
+    args: &Bound<'py, PyTuple>,
+    dims: &LaunchDims,
+    stream: &Py<PyAny>,
+) -> PythonLaunchArguments<'py> {
+    (
+        args.clone(),
+        (dims.grid[0], dims.grid[1], dims.grid[2]),
+        (dims.block[0], dims.block[1], dims.block[2]),
+        stream.clone_ref(py),
+        dims.shared_mem_bytes,
+    )
+}
+
+/// Launches through numba-cuda's own path, for arguments fastlaunch does not pack.
+#[cold]
+fn launch_with_numba(
+    py: Python<'_>,
+    kernel_object: &Bound<'_, Kernel>,
+    dims: &LaunchDims,
+    stream: &Py<PyAny>,
+    args: &Bound<'_, PyTuple>,
+) -> Result<()> {
+    kernel_object.call_method1(
+        intern!(py, "_launch_with_numba"),
+        launch_arguments(py, args, dims, stream),
+    )?;
+    Ok(())
 }
 
 impl CompiledCode {
@@ -662,23 +720,25 @@ impl Launcher {
             ..Scratch::default()
         };
         let overload = resolve(py, kernel_object, args, compute_capability, &mut scratch)?;
-        let Target::Compiled(code) = &overload.target else {
+        let Some((Target::Compiled(code), Some(plan))) =
+            overload.as_ref().map(|o| (&o.target, &o.plan))
+        else {
             return Err(Error::Type(
-                "bind() needs a kernel fastlaunch launches itself (not debug=True)".into(),
+                "bind() needs arguments and a kernel that fastlaunch launches itself (device \
+                 arrays and scalars; not debug=True or extensions)"
+                    .into(),
             ));
         };
         let mut arg_slots = Vec::with_capacity(args.len());
         for (index, value) in scratch.values.iter().enumerate() {
             let start = scratch.params.len();
-            overload
-                .plan
-                .pack_one(index, value, &scratch.dims, names, &mut scratch.params)?;
+            plan.pack_one(index, value, &scratch.dims, names, &mut scratch.params)?;
             arg_slots.push(start..scratch.params.len());
         }
         Ok(BoundLaunch {
             kernel: self.kernel.clone_ref(py),
             code: code.clone(),
-            plan: overload.plan.clone(),
+            plan: plan.clone(),
             dims: self.dims,
             context: context.context,
             params: PackedParams::new(scratch.params.slots()),
@@ -829,6 +889,7 @@ fn cupy_current_stream(py: Python<'_>) -> Result<usize> {
 pub fn classify<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
     let mut scratch = Scratch::default();
     read_arg(obj, Position { index: 0, name: "" }, &mut scratch)?;
+    refuse_numba_only(&scratch)?;
     let mut described = describe_fingerprint(py, &scratch.fingerprint)?;
     Ok(described.remove(0))
 }
@@ -852,6 +913,7 @@ pub fn pack<'py>(
     for (index, arg) in args.iter().enumerate() {
         read_arg(&arg, Position { index, name: "" }, &mut scratch)?;
     }
+    refuse_numba_only(&scratch)?;
     plan.check_fingerprint(&scratch.fingerprint)?;
     plan.pack(&scratch.values, &scratch.dims, &[], &mut scratch.params)?;
     let bytes: Vec<u8> = scratch
@@ -873,5 +935,17 @@ pub fn fingerprint<'py>(
     for (index, arg) in args.iter().enumerate() {
         read_arg(&arg, Position { index, name: "" }, &mut scratch)?;
     }
+    refuse_numba_only(&scratch)?;
     Ok(PyBytes::new(py, &scratch.fingerprint))
+}
+
+fn refuse_numba_only(scratch: &Scratch) -> Result<()> {
+    if scratch.needs_numba {
+        return Err(Error::Type(
+            "these arguments are passed by numba-cuda's own launch path, not classified by \
+             fastlaunch (host arrays, cuda.In/Out/InOut, records, tuples, enums, datetimes)"
+                .into(),
+        ));
+    }
+    Ok(())
 }

@@ -1,0 +1,111 @@
+"""Argument kinds fastlaunch hands to numba-cuda's own launch path, on the GPU: host arrays
+(copied in and back, with numba's warning), cuda.In/Out/InOut, non-contiguous host arrays
+(which numba-cuda itself refuses), records, tuples, enums, datetimes; and kernels with
+extensions."""
+
+from __future__ import annotations
+
+import enum
+from collections import namedtuple
+
+import numpy as np
+import pytest
+from numba import cuda
+from numba.cuda.errors import NumbaPerformanceWarning
+
+import fastlaunch as fl
+
+pytestmark = pytest.mark.gpu
+
+
+@fl.jit
+def double(a):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] *= 2
+
+
+@fl.jit
+def double_2d(a):
+    i, j = cuda.grid(2)
+    if i < a.shape[0] and j < a.shape[1]:
+        a[i, j] *= 2
+
+
+def test_host_arrays_are_copied_in_and_back_with_numbas_warning():
+    a = np.arange(10, dtype=np.float32)
+    with pytest.warns(NumbaPerformanceWarning, match="copy overhead"):
+        double[1, 32](a)
+    np.testing.assert_array_equal(a, 2 * np.arange(10))
+    assert double.numba_launches >= 1
+
+
+def test_non_contiguous_host_arrays_work():
+    base = np.arange(40, dtype=np.float64).reshape(5, 8)
+    view = base[::2, 1::3]
+    expected = base.copy()
+    expected[::2, 1::3] *= 2
+    double_2d[(1, 1), (8, 8)](view)
+    np.testing.assert_array_equal(base, expected)
+
+
+def test_in_out_inout_hints():
+    @fl.jit
+    def add_one(dst, src):
+        i = cuda.grid(1)
+        if i < dst.size:
+            dst[i] = src[i] + 1
+
+    src = np.arange(8, dtype=np.int32)
+    dst = np.zeros(8, np.int32)
+    add_one[1, 8](cuda.Out(dst), cuda.In(src))
+    np.testing.assert_array_equal(dst, src + 1)
+    add_one[1, 8](cuda.InOut(dst), cuda.In(dst.copy()))
+    np.testing.assert_array_equal(dst, src + 2)
+
+
+def test_records_tuples_enums_and_datetimes():
+    class Shade(enum.IntEnum):
+        LIGHT = 3
+        DARK = 7
+
+    Pair = namedtuple("Pair", ["x", "y"])
+    record_type = np.dtype([("a", np.float64), ("b", np.int32)], align=True)
+
+    @fl.jit
+    def mixed(out, record, pair, shade, when):
+        out[0] = record.a + record.b
+        out[1] = pair.x * pair.y
+        out[2] = shade
+        out[3] = when
+
+    out = cuda.to_device(np.zeros(4, np.int64))
+    record = np.rec.array([(1.5, 2)], dtype=record_type)[0]
+    mixed[1, 1](out, record, Pair(3, 4), Shade.DARK, np.datetime64(5, "D").astype(np.int64))
+    np.testing.assert_array_equal(out.copy_to_host(), [3, 12, 7, 5])
+
+    @fl.jit
+    def days(out, when):
+        out[0] = when
+
+    stamps = cuda.to_device(np.zeros(1, "datetime64[D]"))
+    days[1, 1](stamps, np.datetime64("2024-01-02"))
+    assert stamps.copy_to_host()[0] == np.datetime64("2024-01-02")
+
+
+def test_kernels_with_extensions_run_prepare_args():
+    class Doubler:
+        calls = 0
+
+        def prepare_args(self, ty, val, stream=None, retr=None):
+            Doubler.calls += 1
+            return ty, val * 2 if isinstance(val, int) else val
+
+    @fl.jit(extensions=[Doubler()])
+    def store(out, v):
+        out[0] = v
+
+    out = cuda.to_device(np.zeros(1, np.int64))
+    store[1, 1](out, 21)
+    assert out.copy_to_host()[0] == 42
+    assert Doubler.calls == 2
