@@ -11,7 +11,7 @@ from collections import namedtuple
 import numpy as np
 import pytest
 from numba import cuda
-from numba.cuda.errors import NumbaPerformanceWarning
+from numba.cuda.core.errors import NumbaPerformanceWarning
 
 import fastlaunch as fl
 
