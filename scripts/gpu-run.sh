@@ -8,8 +8,10 @@
 #   rust       .gpu/bin/*-tests $RUST_TEST_ARGS (the Rust tests that need a GPU)
 #   tests      python3 -m pytest -m gpu tests $PYTEST_ARGS
 #   bench      python3 benchmarks/run.py --out $OUT $BENCH_ARGS (when that file exists)
+#   stages     python3 benchmarks/stages.py (per-stage launch cost)
+#   conformance python3 conformance/run.py --out $OUT (numba-cuda's own tests, both ways)
 #   rustbench  .gpu/bin/*-bench --bench (criterion; not part of `all`)
-#   all        rust tests bench
+#   all        rust tests stages conformance bench
 # The wheel install, versions and devices always come first.
 #
 # env: OUT             where logs and results go (default ./gpu-out)
@@ -112,13 +114,24 @@ bench() {
   python3 benchmarks/run.py --out "$OUT" "${extra[@]}"
 }
 
+stages() {
+  python3 benchmarks/stages.py
+}
+
+conformance() {
+  python3 conformance/run.py --out "$OUT" --jobs 6 --budget "${CONFORMANCE_BUDGET:-300}"
+}
+
 main() {
   local parts=() failed=() arg p name fn rc t0
   for arg in "${@:-all}"; do
     case $arg in
-      all) parts+=(rust tests bench) ;;
-      rust | tests | bench | rustbench) parts+=("$arg") ;;
-      *) echo "gpu-run: unknown part '$arg' (rust, tests, bench, rustbench, all)"; return 2 ;;
+      all) parts+=(rust tests stages conformance bench) ;;
+      rust | tests | bench | rustbench | stages | conformance) parts+=("$arg") ;;
+      *)
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, all)"
+        return 2
+        ;;
     esac
   done
   setup || { echo "gpu-run: set-up failed"; return 2; }
@@ -129,6 +142,8 @@ main() {
       tests) name="pytest -m gpu" fn=py_tests ;;
       bench) name="benchmarks/run.py" fn=bench ;;
       rustbench) name="criterion benches" fn=rust_bench ;;
+      stages) name="benchmarks/stages.py (per-stage launch cost)" fn=stages ;;
+      conformance) name="conformance/run.py (numba-cuda's own tests)" fn=conformance ;;
     esac
     section "$name"
     t0=$SECONDS
