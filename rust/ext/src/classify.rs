@@ -19,7 +19,6 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use smallvec::SmallVec;
 
 use crate::dlpack::{self, DLTensor, ExchangeApi};
 use crate::errors::{Error, Result};
@@ -451,7 +450,6 @@ mod num_complex_free {
 
 /// Appends an array's shape and byte strides to the scratch, computes its layout,
 /// and records value and fingerprint.
-#[allow(clippy::too_many_arguments)]
 fn push_array(
     scratch: &mut Scratch,
     at: Position<'_>,
@@ -462,27 +460,12 @@ fn push_array(
     readonly: bool,
 ) -> Result<()> {
     let ndim = shape.len();
-    if ndim > MAX_NDIM {
-        return Err(at.error(format!(
-            "arrays of {ndim} dimensions are not supported (at most {MAX_NDIM})"
-        )));
-    }
-    let itemsize = scalar.itemsize() as i64;
-    let dims_at = scratch.dims.len();
-    let mut nitems: i64 = 1;
-    for extent in shape {
-        if extent < 0 {
-            return Err(at.error(format!("array shape has a negative extent {extent}")));
-        }
-        nitems = nitems
-            .checked_mul(extent)
-            .ok_or_else(|| at.error("array shape overflows 64 bits"))?;
-        scratch.dims.push(extent);
-    }
+    let staged = scratch.dims.len();
+    scratch.dims.extend(shape);
     match strides {
         Some(strides) => {
             if strides.len() != ndim {
-                scratch.dims.truncate(dims_at);
+                scratch.dims.truncate(staged);
                 return Err(at.error(format!(
                     "array has {ndim} dimensions but {} strides",
                     strides.len()
@@ -492,15 +475,53 @@ fn push_array(
         }
         None => {
             // C-contiguous strides.
-            scratch.dims.resize(dims_at + 2 * ndim, 0);
+            let itemsize = scalar.itemsize() as i64;
+            scratch.dims.resize(staged + 2 * ndim, 0);
             let mut stride = itemsize;
             for d in (0..ndim).rev() {
-                scratch.dims[dims_at + ndim + d] = stride;
-                stride = stride.saturating_mul(scratch.dims[dims_at + d].max(1));
+                scratch.dims[staged + ndim + d] = stride;
+                stride = stride.saturating_mul(scratch.dims[staged + d].max(1));
             }
         }
     }
+    push_staged_array(scratch, at, data, scalar, staged, readonly)
+}
+
+/// Records an array whose shape and byte strides are the last values of `scratch.dims`,
+/// from `dims_at` on: checks the shape, computes nitems and layout, pushes value and
+/// fingerprint. On error the staged values are dropped.
+fn push_staged_array(
+    scratch: &mut Scratch,
+    at: Position<'_>,
+    data: u64,
+    scalar: Scalar,
+    dims_at: usize,
+    readonly: bool,
+) -> Result<()> {
+    let ndim = (scratch.dims.len() - dims_at) / 2;
     let (shape, strides) = scratch.dims[dims_at..].split_at(ndim);
+    let checked = if ndim > MAX_NDIM {
+        Err(at.error(format!(
+            "arrays of {ndim} dimensions are not supported (at most {MAX_NDIM})"
+        )))
+    } else {
+        shape.iter().try_fold(1i64, |nitems, &extent| {
+            if extent < 0 {
+                return Err(at.error(format!("array shape has a negative extent {extent}")));
+            }
+            nitems
+                .checked_mul(extent)
+                .ok_or_else(|| at.error("array shape overflows 64 bits"))
+        })
+    };
+    let nitems = match checked {
+        Ok(nitems) => nitems,
+        Err(e) => {
+            scratch.dims.truncate(dims_at);
+            return Err(e);
+        }
+    };
+    let itemsize = scalar.itemsize() as i64;
     let layout = layout_of(shape, strides, itemsize);
     scratch.fingerprint.extend_from_slice(&[
         ARRAY_TAG,
@@ -589,49 +610,112 @@ fn element_type(dtype: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Option<Sca
     }
 }
 
-/// Reads `shape` and `strides` attributes (tuples of ints) and pushes the array.
-fn push_from_attributes(
-    arg: &Bound<'_, PyAny>,
+/// Pushes an array whose `shape` and `strides` (bytes) are tuples of ints, read straight
+/// into the scratch.
+fn push_from_tuples(
     at: Position<'_>,
     scratch: &mut Scratch,
     data: u64,
     scalar: Scalar,
+    shape: &Bound<'_, PyAny>,
+    strides: &Bound<'_, PyAny>,
 ) -> Result<()> {
-    let py = arg.py();
-    let read = |name: &Bound<'_, pyo3::types::PyString>,
-                what: &str|
-     -> Result<SmallVec<[i64; 8]>> {
-        let tuple = int_tuple(&arg.getattr(name)?, what, at)?;
-        tuple
-            .iter()
-            .map(|v| {
-                v.extract::<i64>()
-                    .map_err(|_| at.error(format!("{what} must be a tuple of ints, got {tuple}")))
-            })
-            .collect()
-    };
-    let shape = read(intern!(py, "shape"), "shape")?;
-    let strides = read(intern!(py, "strides"), "strides")?;
-    push_array(
-        scratch,
-        at,
-        data,
-        scalar,
-        shape.into_iter(),
-        Some(strides.into_iter()),
-        false,
-    )
+    let staged = scratch.dims.len();
+    let read = extend_from_int_tuple(&mut scratch.dims, shape, "shape", at).and_then(|ndim| {
+        let nstrides = extend_from_int_tuple(&mut scratch.dims, strides, "strides", at)?;
+        if nstrides == ndim {
+            Ok(())
+        } else {
+            Err(at.error(format!(
+                "array has {ndim} dimensions but {nstrides} strides"
+            )))
+        }
+    });
+    match read {
+        Ok(()) => push_staged_array(scratch, at, data, scalar, staged, false),
+        Err(e) => {
+            scratch.dims.truncate(staged);
+            Err(e)
+        }
+    }
 }
 
-fn read_numba_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+/// Appends the ints of a tuple to `dims`, returning how many: item access is borrowed (no
+/// reference counting) and each int is read with one C call.
+fn extend_from_int_tuple(
+    dims: &mut Vec<i64>,
+    value: &Bound<'_, PyAny>,
+    what: &str,
+    at: Position<'_>,
+) -> Result<usize> {
+    let tuple = int_tuple(value, what, at)?;
+    let len = tuple.len();
+    for i in 0..len {
+        // SAFETY: `i` is below the tuple's length; the borrowed item lives as long as the tuple.
+        let item = unsafe { ffi::PyTuple_GetItem(tuple.as_ptr(), i as ffi::Py_ssize_t) };
+        // SAFETY: `item` is a valid object; a failure returns -1 with an exception set.
+        let number = unsafe { ffi::PyLong_AsLongLong(item) };
+        // SAFETY: checking and clearing this thread's exception state.
+        if number == -1 && unsafe { !ffi::PyErr_Occurred().is_null() } {
+            // SAFETY: as above.
+            unsafe { ffi::PyErr_Clear() };
+            return Err(at.error(format!("{what} must be a tuple of ints, got {tuple}")));
+        }
+        dims.push(number);
+    }
+    Ok(len)
+}
+
+/// A numba `DeviceNDArray`: its fields are read from the instance dict (one dict lookup
+/// each, no type-attribute lookups), falling back to attribute access for subclasses that
+/// compute them.
+fn read_numba_array<'py>(
+    arg: &Bound<'py, PyAny>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
     let py = arg.py();
-    let Some(scalar) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
+    let fields = arg.getattr(intern!(py, "__dict__"))?;
+    let fields = fields.cast::<PyDict>().ok();
+    let field = |name: &Bound<'py, pyo3::types::PyString>| field_of(arg, fields, name);
+    let Some(scalar) = element_type(&field(intern!(py, "dtype"))?, at)? else {
         scratch.needs_numba = true;
         return Ok(());
     };
-    let data = numba_device_pointer(&arg.getattr(intern!(py, "gpu_data"))?)
+    let data = numba_device_pointer(&field(intern!(py, "gpu_data"))?)
         .map_err(|_| at.error("numba device array has no readable device pointer"))?;
-    push_from_attributes(arg, at, scratch, data, scalar)
+    push_from_tuples(
+        at,
+        scratch,
+        data,
+        scalar,
+        &field(intern!(py, "shape"))?,
+        &field(intern!(py, "strides"))?,
+    )
+}
+
+/// An int as u64 with one C call (PyO3's generic extraction is several times slower).
+fn int_as_u64(value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    // SAFETY: a valid object; failure returns u64::MAX with an exception set.
+    let number = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
+    if number == u64::MAX {
+        if let Some(err) = PyErr::take(value.py()) {
+            return Err(err);
+        }
+    }
+    Ok(number)
+}
+
+/// `name` from the instance dict `fields`, or by attribute access when it is not there.
+fn field_of<'py>(
+    object: &Bound<'py, PyAny>,
+    fields: Option<&Bound<'py, PyDict>>,
+    name: &Bound<'py, pyo3::types::PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match fields.map(|f| f.get_item(name)).transpose()?.flatten() {
+        Some(value) => Ok(value),
+        None => object.getattr(name),
+    }
 }
 
 /// The address behind a numba `gpu_data` (an `OwnedPointer` or a `MemoryPointer`), read
@@ -648,7 +732,7 @@ fn numba_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
         return if value.is_none() {
             Ok(0)
         } else {
-            value.extract()
+            int_as_u64(&value)
         };
     }
     let pointer = match fields.get_item(intern!(py, "device_pointer"))? {
@@ -669,7 +753,14 @@ fn read_cupy_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
         .getattr(intern!(py, "data"))?
         .getattr(intern!(py, "ptr"))?
         .extract()?;
-    push_from_attributes(arg, at, scratch, data, scalar)
+    push_from_tuples(
+        at,
+        scratch,
+        data,
+        scalar,
+        &arg.getattr(intern!(py, "shape"))?,
+        &arg.getattr(intern!(py, "strides"))?,
+    )
 }
 
 fn push_dltensor(

@@ -1,0 +1,69 @@
+/* A stand-in for libcuda.so.1 with one pretend device, for measuring fastlaunch's host-side
+ * launch path on machines without a GPU (benchmarks/cpu_profile.py). Every call succeeds
+ * and does nothing; calls that return values return fixed, plausible ones. Never a
+ * substitute for the GPU runs: it has no kernels, memory or streams. */
+#include <stdint.h>
+#include <string.h>
+
+#define OK 0
+static char context_token, library_token, kernel_token;
+static __thread void *current_context;
+
+int cuInit(unsigned flags) { (void)flags; return OK; }
+int cuDriverGetVersion(int *version) { *version = 13000; return OK; }
+int cuGetErrorName(int code, const char **name) { (void)code; *name = "CUDA_ERROR_FAKE"; return OK; }
+int cuGetErrorString(int code, const char **text) { (void)code; *text = "fake driver"; return OK; }
+int cuDeviceGetCount(int *count) { *count = 1; return OK; }
+int cuDeviceGet(int *device, int ordinal) { *device = ordinal; return OK; }
+int cuDeviceGetName(char *name, int len, int device) {
+    (void)device; strncpy(name, "Fake GPU", (size_t)len); return OK;
+}
+int cuDeviceGetUuid_v2(unsigned char *uuid, int device) { (void)device; memset(uuid, 7, 16); return OK; }
+int cuDeviceGetAttribute(int *value, int attribute, int device) {
+    (void)device;
+    *value = attribute == 75 ? 9 : attribute == 76 ? 0 : 1024;
+    return OK;
+}
+int cuDeviceGetPCIBusId(char *id, int len, int device) {
+    (void)device; strncpy(id, "0000:00:00.0", (size_t)len); return OK;
+}
+int cuDeviceTotalMem_v2(size_t *bytes, int device) { (void)device; *bytes = (size_t)1 << 34; return OK; }
+int cuDevicePrimaryCtxRetain(void **context, int device) { (void)device; *context = &context_token; return OK; }
+int cuDevicePrimaryCtxRelease_v2(int device) { (void)device; return OK; }
+int cuCtxGetCurrent(void **context) { *context = current_context; return OK; }
+int cuCtxSetCurrent(void *context) { current_context = context; return OK; }
+int cuCtxPushCurrent_v2(void *context) { current_context = context; return OK; }
+int cuCtxPopCurrent_v2(void **context) { *context = current_context; current_context = 0; return OK; }
+int cuCtxGetDevice(int *device) { *device = 0; return OK; }
+int cuCtxSynchronize(void) { return OK; }
+int cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = *total = (size_t)1 << 34; return OK; }
+int cuLibraryLoadData(void **library) { *library = &library_token; return OK; }
+int cuLibraryGetKernel(void **kernel) { *kernel = &kernel_token; return OK; }
+int cuLibraryUnload(void) { return OK; }
+int cuKernelGetFunction(void **function) { *function = &kernel_token; return OK; }
+int cuKernelGetAttribute(int *value) { *value = 1024; return OK; }
+int cuKernelSetAttribute(void) { return OK; }
+int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks) { *blocks = 8; return OK; }
+int cuStreamCreate(void **stream) { *stream = &context_token; return OK; }
+int cuStreamDestroy_v2(void) { return OK; }
+int cuStreamSynchronize(void) { return OK; }
+int cuStreamQuery(void) { return OK; }
+int cuStreamWaitEvent(void) { return OK; }
+int cuStreamIsCapturing(void *stream, int *status) { (void)stream; *status = 0; return OK; }
+int cuEventCreate(void **event) { *event = &context_token; return OK; }
+int cuEventDestroy_v2(void) { return OK; }
+int cuEventRecord(void) { return OK; }
+int cuEventSynchronize(void) { return OK; }
+int cuEventQuery(void) { return OK; }
+int cuEventElapsedTime(float *ms) { *ms = 0.0f; return OK; }
+int cuLaunchKernel(void) { return OK; }
+int cuLaunchKernelEx(void) { return OK; }
+int cuMemAlloc_v2(uint64_t *ptr, size_t bytes) { (void)bytes; *ptr = 0x10000; return OK; }
+int cuMemFree_v2(void) { return OK; }
+int cuMemcpyHtoD_v2(void) { return OK; }
+int cuMemcpyDtoH_v2(void) { return OK; }
+int cuMemcpyDtoD_v2(void) { return OK; }
+int cuMemcpyHtoDAsync_v2(void) { return OK; }
+int cuMemcpyDtoHAsync_v2(void) { return OK; }
+int cuMemsetD8_v2(void) { return OK; }
+int cuPointerGetAttribute(int *value) { *value = 0; return OK; }
