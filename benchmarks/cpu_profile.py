@@ -51,13 +51,18 @@ def main() -> None:
     def numba_array(shape):
         pointer = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(1 << 40), 1 << 20)
         strides = tuple(4 * int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
-        return DeviceNDArray(shape, strides, np.float32, gpu_data=numba_driver.OwnedPointer(pointer))
+        return DeviceNDArray(
+            shape, strides, np.float32, gpu_data=numba_driver.OwnedPointer(pointer)
+        )
 
     class Interface:
         def __init__(self, shape):
             self.__cuda_array_interface__ = {
-                "shape": shape, "strides": None, "typestr": "<f4",
-                "data": (1 << 40, False), "version": 3,
+                "shape": shape,
+                "strides": None,
+                "typestr": "<f4",
+                "data": (1 << 40, False),
+                "version": 3,
             }
 
     def kernel_for(args):

@@ -583,7 +583,7 @@ fn launch(
                 // packs one 8-byte slot per flattened parameter of the compiled entry, as
                 // numba's data model lays them out; the argument objects (and any DLPack
                 // capsules in the scratch) are alive until the launch is submitted.
-                unsafe { code.launch(driver, dims, params) }
+                unsafe { code.launch(py, driver, dims, params) }
             }
             (Target::Python(callable), _) => {
                 callable.call1(py, launch_arguments(py, args, dims, stream))?;
@@ -642,20 +642,53 @@ impl CompiledCode {
     #[inline]
     unsafe fn launch(
         &self,
+        py: Python<'_>,
         driver: &driver::Driver,
         dims: &LaunchDims,
         params: *mut *mut std::ffi::c_void,
     ) -> Result<()> {
-        // SAFETY: guaranteed by the caller.
-        unsafe {
-            if self.cooperative {
-                driver.launch_ex(self.kernel.as_function(), dims, params, true, None)?;
-            } else {
-                driver.launch(self.kernel.as_function(), dims, params)?;
+        let params = ParamPointers(params);
+        let submit = move || {
+            let params = params;
+            // SAFETY: guaranteed by the caller.
+            unsafe {
+                if self.cooperative {
+                    driver.launch_ex(self.kernel.as_function(), dims, params.0, true, None)
+                } else {
+                    driver.launch(self.kernel.as_function(), dims, params.0)
+                }
             }
+        };
+        if RELEASE_GIL.load(Ordering::Relaxed) {
+            py.detach(submit)?;
+        } else {
+            submit()?;
         }
         Ok(())
     }
+}
+
+/// The parameter pointer array, sent into a GIL-released launch.
+#[derive(Clone, Copy)]
+struct ParamPointers(*mut *mut std::ffi::c_void);
+
+// SAFETY: the array and the values it points to belong to the launching thread, which
+// waits (inside `Python::detach`) until the driver has copied them.
+unsafe impl Send for ParamPointers {}
+
+/// Whether launches release the GIL around the driver call (see `set_release_gil`).
+static RELEASE_GIL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Releases the GIL around each `cuLaunchKernel`, so that other Python threads run
+/// meanwhile (costs a GIL hand-off per launch; see the thread-scaling benchmark).
+#[pyfunction]
+pub fn set_release_gil(release: bool) {
+    RELEASE_GIL.store(release, Ordering::Relaxed);
+}
+
+#[pyfunction]
+pub fn releases_gil() -> bool {
+    RELEASE_GIL.load(Ordering::Relaxed)
 }
 
 /// Parameter values and the pointer array `cuLaunchKernel` reads, built once.
@@ -760,7 +793,7 @@ impl Launcher {
 impl BoundLaunch {
     /// Submits the launch again, as bound.
     #[inline]
-    fn __call__(&self) -> PyResult<()> {
+    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
         let driver = driver()?;
         let current = driver.launch_context().map_err(Error::from)?;
         if current.context != self.context {
@@ -774,7 +807,12 @@ impl BoundLaunch {
         // reads through it.
         unsafe {
             self.code
-                .launch(driver, &self.dims, self.params.pointers.as_ptr() as *mut _)
+                .launch(
+                    py,
+                    driver,
+                    &self.dims,
+                    self.params.pointers.as_ptr() as *mut _,
+                )
                 .map_err(PyErr::from)
         }
     }

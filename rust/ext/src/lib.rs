@@ -26,6 +26,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(streams::set_default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(streams::default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::classify, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::set_release_gil, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::releases_gil, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::describe, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::pack, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::fingerprint, m)?)?;
