@@ -65,6 +65,31 @@ def kernel(n_arrays: int, n_scalars: int, ndim: int) -> fl.Kernel:
     return fl.jit(namespace["empty"])
 
 
+def access_costs(batches: int) -> None:
+    """What reading one array costs through each library's own API, from Python (each
+    figure includes ~0.04 µs of Python call), beside fastlaunch's whole classification."""
+    probes: dict[str, Callable[[], object]] = {}
+    try:
+        import cupy
+
+        c = cupy.zeros(128, np.float32)
+        probes |= {
+            "cupy .data.ptr": lambda: c.data.ptr,
+            "cupy .shape": lambda: c.shape,
+            "cupy .strides": lambda: c.strides,
+            "cupy .dtype": lambda: c.dtype,
+            "cupy __cuda_array_interface__": lambda: c.__cuda_array_interface__,
+            "cupy get_current_stream().ptr": lambda: cupy.cuda.get_current_stream().ptr,
+            "fastlaunch fingerprint(cupy)": lambda: _core.fingerprint((c,)),
+        }
+    except ImportError:
+        pass
+    d = cuda.device_array(128, np.float32)
+    probes["fastlaunch fingerprint(numba)"] = lambda: _core.fingerprint((d,))
+    for name, probe in probes.items():
+        print(f"{name:36} {per_launch_us(probe, batches):6.3f} µs")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=50)
@@ -85,6 +110,7 @@ def main() -> None:
             full = per_launch_us(lambda launcher=launcher, args=args: launcher(*args), batches)
             prebound = per_launch_us(bound, batches)
             rows.append((case, source, full, prebound, full - prebound))
+    access_costs(batches)
     print(f"{'case':32} {'source':6} {'full µs':>8} {'bound µs':>9} {'args µs':>8}")
     for case, source, full, prebound, args_us in rows:
         bound_text = "" if prebound is None else f"{prebound:9.2f}"
