@@ -704,3 +704,13 @@ def test_register_checks_plan_and_target():
     assert k.overload_count == 2
     k._clear_overloads()
     assert k.overload_count == 0
+
+
+def test_info_command_reports_without_a_gpu():
+    done = subprocess.run(
+        [sys.executable, "-m", "fastlaunch", "info"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"fastlaunch        {fastlaunch.__version__}" in done.stdout
+    if not fastlaunch.is_available():
+        assert "CUDA              unavailable: CUDA is unavailable" in done.stdout
