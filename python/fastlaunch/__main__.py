@@ -20,18 +20,28 @@ DEVICE_ATTRIBUTES = [
 ]
 
 
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+def _version(*distributions: str) -> str:
+    for distribution in distributions:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return "not installed"
 
 
 def info() -> None:
     print(f"fastlaunch        {fl.__version__} ({_core.__file__})")
     print(f"Python            {sys.version.split()[0]} ({platform.platform()})")
-    for package in ["numba-cuda", "numba", "numpy", "cuda-core", "cuda-bindings", "torch", "cupy"]:
-        print(f"{package:17} {_version(package)}")
+    for name, *distributions in [
+        ("numba-cuda",),
+        ("numba",),
+        ("numpy",),
+        ("cuda-core",),
+        ("cuda-bindings",),
+        ("torch",),
+        ("cupy", "cupy-cuda13x", "cupy-cuda12x"),
+    ]:
+        print(f"{name:17} {_version(name, *distributions)}")
     if not fl.is_available():
         print(f"CUDA              unavailable: {_core.unavailable_reason()}")
         return

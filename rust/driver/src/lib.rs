@@ -68,7 +68,10 @@ impl Driver {
             // SAFETY: loading the CUDA driver runs only its own initialisers.
             match unsafe { libloading::Library::new(path) } {
                 Ok(library) => return Driver::initialise(Api::load(library, path)?),
-                Err(e) => failures.push(format!("{path}: {e}")),
+                Err(e) => failures.push(format!(
+                    "{path}: {}",
+                    std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string())
+                )),
             }
         }
         Err(Error::Unavailable(format!(
