@@ -90,6 +90,30 @@ def access_costs(batches: int) -> None:
         print(f"{name:36} {per_launch_us(probe, batches):6.3f} µs")
 
 
+def ordering_cost(batches: int) -> None:
+    """The ordering step: a CUDA Array Interface v3 input produced on another stream makes
+    each launch record an event there and wait on it (two driver calls)."""
+    array = cuda.device_array(128, np.float32)
+    consumer = fl.stream(non_blocking=True)
+    producer = fl.stream(non_blocking=True)
+
+    class Produced:
+        def __init__(self, stream_handle: int) -> None:
+            interface = dict(array.__cuda_array_interface__)
+            interface["stream"] = stream_handle
+            self.__cuda_array_interface__ = interface
+
+    k = kernel(1, 0, 1)
+    same, other = Produced(consumer.handle), Produced(producer.handle)
+    launcher = k[1, 1, consumer]
+    same_us = per_launch_us(lambda: launcher(same), batches)
+    other_us = per_launch_us(lambda: launcher(other), batches)
+    print(
+        f"ordering: CAI input on the launch stream {same_us:.2f} µs, on another stream "
+        f"{other_us:.2f} µs: the ordering step costs {other_us - same_us:.2f} µs"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=50)
@@ -111,6 +135,7 @@ def main() -> None:
             prebound = per_launch_us(bound, batches)
             rows.append((case, source, full, prebound, full - prebound))
     access_costs(batches)
+    ordering_cost(batches)
     print(f"{'case':32} {'source':6} {'full µs':>8} {'bound µs':>9} {'args µs':>8}")
     for case, source, full, prebound, args_us in rows:
         bound_text = "" if prebound is None else f"{prebound:9.2f}"
