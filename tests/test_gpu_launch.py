@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from arrays import to_host
 from numba import cuda
 
 import fastlaunch as fl
@@ -32,14 +33,6 @@ def _sources():
 
 
 SOURCES = _sources()
-
-
-def to_host(array):
-    if hasattr(array, "copy_to_host"):
-        return array.copy_to_host()
-    if hasattr(array, "get"):
-        return array.get()
-    return array.cpu().numpy()
 
 
 @fl.jit

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from arrays import to_host
 from numba import cuda
 
 import fastlaunch as fl
@@ -31,14 +32,6 @@ def copy(out, a):
     i = cuda.grid(1)
     if i < a.size:
         out[i] = a[i]
-
-
-def to_host(array):
-    if hasattr(array, "copy_to_host"):
-        return array.copy_to_host()
-    if hasattr(array, "get"):
-        return array.get()
-    return array.cpu().numpy()
 
 
 def _warm_up(out, produced):
