@@ -714,3 +714,17 @@ def test_info_command_reports_without_a_gpu():
     assert f"fastlaunch        {fastlaunch.__version__}" in done.stdout
     if not fastlaunch.is_available():
         assert "CUDA              unavailable: CUDA is unavailable" in done.stdout
+
+
+def test_kernels_pickle_as_their_numba_dispatcher():
+    import pickle
+
+    from numba import cuda
+
+    @fastlaunch.jit
+    def store(a):
+        a[cuda.grid(1)] = 1
+
+    again = pickle.loads(pickle.dumps(store))
+    assert isinstance(again, fastlaunch.Kernel)
+    assert again.__name__ == "store" and again.miss_count == 0

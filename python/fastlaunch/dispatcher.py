@@ -146,6 +146,10 @@ class Kernel(_core.Kernel):
     def __repr__(self) -> str:
         return f"<fastlaunch.Kernel {self.__qualname__}>"
 
+    def __reduce__(self) -> tuple:
+        # Pickled as its numba-cuda dispatcher (for multiprocessing); compiled again on use.
+        return (Kernel, (self._dispatcher,))
+
     # -- the miss path: type, compile, register --------------------------------------
 
     def _on_miss(self, args: tuple, fingerprint: bytes, compute_capability: int) -> None:
