@@ -728,3 +728,47 @@ def test_kernels_pickle_as_their_numba_dispatcher():
     again = pickle.loads(pickle.dumps(store))
     assert isinstance(again, fastlaunch.Kernel)
     assert again.__name__ == "store" and again.miss_count == 0
+
+
+class BrokenStream:
+    def __cuda_stream__(self):
+        return "closed"
+
+
+class ClosedStream:
+    def __cuda_stream__(self):
+        raise RuntimeError("stream is closed")
+
+
+def test_stream_objects_that_do_not_answer_are_refused_clearly():
+    @fastlaunch.jit
+    def nothing(a):
+        pass
+
+    with pytest.raises(
+        TypeError, match=r"__cuda_stream__\(\) must return \(version, handle\) ints"
+    ):
+        nothing[1, 1, BrokenStream()]
+    with pytest.raises(RuntimeError, match="stream is closed"):
+        nothing[1, 1, ClosedStream()]
+    with pytest.raises(TypeError, match="got object"):
+        nothing[1, 1, object()]
+
+
+@pytest.mark.skipif(fastlaunch.is_available(), reason="checks the no-GPU errors")
+def test_streams_and_events_need_a_driver():
+    for make in (fastlaunch.stream, fastlaunch.event, lambda: fastlaunch.external_stream(5)):
+        with pytest.raises(fastlaunch.CudaUnavailableError, match="CUDA is unavailable"):
+            make()
+
+
+def test_ordering_and_policy_switches():
+    assert fastlaunch.ordering_enabled()
+    fastlaunch.set_ordering(False)
+    assert not fastlaunch.ordering_enabled()
+    fastlaunch.set_ordering(True)
+    fastlaunch.set_default_stream_policy("follow")
+    assert fastlaunch.default_stream_policy() == "follow"
+    fastlaunch.set_default_stream_policy("legacy")
+    with pytest.raises(ValueError, match="'legacy' or 'follow'"):
+        fastlaunch.set_default_stream_policy("current")
