@@ -1,4 +1,4 @@
-"""Helpers shared by the GPU tests."""
+"""Helpers shared by the tests: fake and real device arrays."""
 
 from __future__ import annotations
 
@@ -12,3 +12,37 @@ def to_host(array) -> np.ndarray:
     if hasattr(array, "get"):
         return array.get()
     return array.cpu().numpy()
+
+
+# Every numeric dtype numba passes to kernels, by NumPy name.
+DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
+
+PTR = 0x7F00_0000_1000
+
+
+class FakeCAI:
+    """A device array as far as the CUDA Array Interface goes (v3); never dereferenced."""
+
+    def __init__(self, shape, typestr, strides=None, ptr=PTR, readonly=False):
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape),
+            "strides": None if strides is None else tuple(strides),
+            "typestr": typestr,
+            "data": (ptr, readonly),
+            "version": 3,
+        }

@@ -28,6 +28,7 @@ import warnings
 
 import numpy as np
 import pytest
+from arrays import DTYPES, FakeCAI
 from llvmlite import ir
 from numba.cuda import datamodel, types
 from numba.cuda.datamodel.cuda_packer import ArgPacker
@@ -42,36 +43,6 @@ from fastlaunch.dispatcher import UnpackedParameter, plan_entry
 SLOT = 8
 # numba-cuda's CUDA target uses this chain (numba/cuda/target.py, CUDATargetContext).
 DMM = cuda_data_manager.chain(datamodel.default_manager)
-
-DTYPES = [
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
-
-
-class FakeCAI:
-    """A device array as far as the CUDA Array Interface goes (v3); never dereferenced."""
-
-    def __init__(self, shape, typestr, strides=None, ptr=0x7F00_0000_1000, readonly=False):
-        self.__cuda_array_interface__ = {
-            "shape": tuple(shape),
-            "strides": None if strides is None else tuple(strides),
-            "typestr": typestr,
-            "data": (ptr, readonly),
-            "version": 3,
-        }
 
 
 def cai_of(view: np.ndarray, explicit_strides: bool = True) -> FakeCAI:

@@ -21,6 +21,7 @@ import struct
 
 import numpy as np
 import pytest
+from arrays import DTYPES, FakeCAI
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from numba.cuda import types
@@ -29,37 +30,6 @@ from numba.cuda.typing.typeof import Purpose, typeof
 
 from fastlaunch import KernelArgumentError, _core
 from fastlaunch.dispatcher import numba_type
-
-DTYPES = [
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
-PTR = 0x7F00_0000_1000
-
-
-class FakeCAI:
-    """A device array as far as the CUDA Array Interface goes (v3); never dereferenced."""
-
-    def __init__(self, shape, typestr, strides=None, ptr=PTR, readonly=False):
-        self.__cuda_array_interface__ = {
-            "shape": tuple(shape),
-            "strides": None if strides is None else tuple(strides),
-            "typestr": typestr,
-            "data": (ptr, readonly),
-            "version": 3,
-        }
 
 
 def numba_typeof(obj):
