@@ -706,14 +706,55 @@ def test_register_checks_plan_and_target():
     assert k.overload_count == 0
 
 
-def test_info_command_reports_without_a_gpu():
+def run_info(**env: str) -> str:
+    import os
+
     done = subprocess.run(
-        [sys.executable, "-m", "fastlaunch", "info"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "fastlaunch", "info"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
     )
     assert done.returncode == 0, done.stderr
-    assert f"fastlaunch        {fastlaunch.__version__}" in done.stdout
+    assert done.stderr == ""
+    return done.stdout
+
+
+def test_info_command_reports_without_a_gpu():
+    out = run_info(FASTLAUNCH_TEST_SETTING="shown", NUMBA_CUDA_TEST_SETTING="1")
+    assert f"fastlaunch        {fastlaunch.__version__}" in out
+    for section in ["fastlaunch", "Python", "libraries", "numba-cuda", "CUDA", "environment"]:
+        assert f"\n-- {section} --\n" in out
+    assert f"numba-cuda        {importlib.metadata.version('numba-cuda')}\n" in out
+    assert f"numpy             {np.__version__}\n" in out
+    assert "cache=True dir" in out
+    assert "FASTLAUNCH_TEST_SETTING=shown" in out and "NUMBA_CUDA_TEST_SETTING=1" in out
     if not fastlaunch.is_available():
-        assert "CUDA              unavailable: CUDA is unavailable" in done.stdout
+        assert "CUDA              unavailable: CUDA is unavailable" in out
+        assert "device nodes:" in out
+        assert "-- device 0 --" not in out
+
+
+def test_info_command_reports_devices(tmp_path):
+    """Against the stand-in driver (benchmarks/fake_driver): the device part of the report."""
+    import shutil
+    from pathlib import Path
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler for the stand-in driver")
+    source = Path(__file__).parent.parent / "benchmarks" / "fake_driver" / "fake_cuda.c"
+    library = tmp_path / "libcuda.so.1"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", library, source], check=True)
+    out = run_info(FASTLAUNCH_CUDA_DRIVER=str(library))
+    assert f"driver library    {library}" in out
+    assert "CUDA version      " in out and "unavailable" not in out
+    assert "-- device 0 --\nname              " in out
+    for label in ["compute cap.", "multiprocessors", "shared mem opt-in", "clock", "PCI bus id"]:
+        assert f"\n{label:17} " in out
+    assert "UUID              GPU-" in out
+    assert "error:" not in out
 
 
 def test_kernels_pickle_as_their_numba_dispatcher():
