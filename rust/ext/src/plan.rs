@@ -9,6 +9,10 @@ use crate::classify::{ArgValue, Position, ARRAY_TAG};
 use crate::errors::{Error, Result};
 use crate::scalar::Scalar;
 
+#[cfg(test)]
+#[path = "plan_proptests.rs"]
+mod plan_proptests;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Param {
     Array { ndim: usize },
@@ -53,7 +57,7 @@ impl Plan {
             })?;
             match (param, tag) {
                 (Param::Array { ndim }, ARRAY_TAG)
-                    if fingerprint.get(i + 2) == Some(&(*ndim as u8)) =>
+                    if fingerprint.get(i + 2).map(|&n| usize::from(n)) == Some(*ndim) =>
                 {
                     i += 4
                 }
@@ -99,13 +103,20 @@ impl Plan {
         out: &mut ParamBuffer,
     ) -> Result<()> {
         match (self.params.get(index), value) {
-            (Some(Param::Array { .. }), ArgValue::Array(array)) => {
+            (Some(Param::Array { ndim }), ArgValue::Array(array)) if array.ndim == *ndim => {
+                let extents_and_strides = array
+                    .ndim
+                    .checked_mul(2)
+                    .and_then(|len| dims.get(array.dims_at..)?.get(..len))
+                    .ok_or_else(|| {
+                        Error::Value(format!("argument {index}: array dimensions out of range"))
+                    })?;
                 out.push_u64(0); // meminfo
                 out.push_u64(0); // parent
                 out.push_u64(array.nitems);
                 out.push_u64(array.itemsize);
                 out.push_u64(array.data);
-                for &extent_or_stride in &dims[array.dims_at..array.dims_at + 2 * array.ndim] {
+                for &extent_or_stride in extents_and_strides {
                     out.push_i64(extent_or_stride);
                 }
             }

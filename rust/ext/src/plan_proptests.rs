@@ -1,0 +1,361 @@
+//! Property tests for the packer (issue 7): `Plan::parse`, `Plan::check_fingerprint` and
+//! `Plan::pack` / `pack_one` never panic on any input, and pack exactly the slots the
+//! plan describes whenever they succeed. A child module of `plan`, so it can build plans
+//! directly and read their parameters.
+
+use fastlaunch_driver::ParamBuffer;
+use proptest::collection::vec;
+use proptest::prelude::*;
+
+use super::{Param, Plan};
+use crate::classify::{ArgValue, ArrayArg, ARRAY_TAG, MAX_NDIM};
+use crate::scalar::{Scalar, Value, ALL_SCALARS};
+
+/// Slots one plan entry packs: an N-d array is 5 + 2N, complex two, other scalars one.
+fn slots_of(param: &Param) -> usize {
+    match param {
+        Param::Array { ndim } => 5 + 2 * ndim,
+        Param::Scalar(s) if s.is_complex() => 2,
+        Param::Scalar(_) => 1,
+    }
+}
+
+fn plan_slots(plan: &Plan) -> usize {
+    plan.params.iter().map(slots_of).sum()
+}
+
+fn scalar() -> impl Strategy<Value = Scalar> {
+    proptest::sample::select(ALL_SCALARS.to_vec())
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        any::<bool>().prop_map(Value::Bool),
+        any::<i128>().prop_map(Value::Int),
+        any::<i64>().prop_map(|i| Value::Int(i.into())),
+        any::<f64>().prop_map(Value::Float),
+        any::<u16>().prop_map(Value::Half),
+        (any::<f64>(), any::<f64>()).prop_map(|(re, im)| Value::Complex(re, im)),
+    ]
+}
+
+/// Small dimension counts mostly, and now and then any usize (overflow of `2 * ndim`).
+fn any_ndim() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        8 => 0..=MAX_NDIM + 4,
+        1 => (1usize..4, 0usize..8).prop_map(|(k, n)| 256 * k + n), // same low byte
+        1 => any::<usize>(),
+    ]
+}
+
+fn param() -> impl Strategy<Value = Param> {
+    prop_oneof![
+        any_ndim().prop_map(|ndim| Param::Array { ndim }),
+        scalar().prop_map(Param::Scalar),
+    ]
+}
+
+fn plan() -> impl Strategy<Value = Plan> {
+    vec(param(), 0..12).prop_map(|params| Plan {
+        params: params.into(),
+    })
+}
+
+/// A plan that real arrays can match (ndim within the fingerprint's one byte and NumPy's
+/// limit).
+fn valid_plan() -> impl Strategy<Value = Plan> {
+    vec(
+        prop_oneof![
+            (0..=MAX_NDIM).prop_map(|ndim| Param::Array { ndim }),
+            scalar().prop_map(Param::Scalar),
+        ],
+        0..12,
+    )
+    .prop_map(|params| Plan {
+        params: params.into(),
+    })
+}
+
+/// Any argument value, consistent or not with any dims buffer.
+fn arg_value() -> impl Strategy<Value = ArgValue> {
+    prop_oneof![
+        value().prop_map(ArgValue::Scalar),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any_ndim(),
+            prop_oneof![4 => 0usize..80, 1 => any::<usize>()],
+        )
+            .prop_map(|(data, itemsize, nitems, ndim, dims_at)| {
+                ArgValue::Array(ArrayArg {
+                    data,
+                    itemsize,
+                    nitems,
+                    ndim,
+                    dims_at,
+                })
+            }),
+    ]
+}
+
+/// Plan entry strings: numba / NumPy scalar names, `array:<n>` forms, and noise.
+fn plan_entry() -> impl Strategy<Value = String> {
+    prop_oneof![
+        scalar().prop_map(|s| s.numba_name().to_owned()),
+        scalar().prop_map(|s| s.numpy_name().to_owned()),
+        (0..=MAX_NDIM).prop_map(|n| format!("array:{n}")),
+        "array:[+-]?[0-9]{0,30}",
+        "array:.{0,8}",
+        ".{0,16}",
+        any::<String>(),
+    ]
+}
+
+/// The bytes `classify` writes for an argument matching `param`.
+fn fingerprint_of(param: &Param, element: Scalar, flags: u8, scalar_code: Scalar) -> Vec<u8> {
+    match param {
+        Param::Array { ndim } => vec![ARRAY_TAG, element as u8, *ndim as u8, flags & 7],
+        Param::Scalar(_) => vec![scalar_code as u8],
+    }
+}
+
+/// The slots numba's data model gives `value` for `param`, or None if it cannot be packed.
+fn expected_slots(param: &Param, value: &ArgValue, dims: &[i64]) -> Option<Vec<u64>> {
+    match (param, value) {
+        (Param::Array { ndim }, ArgValue::Array(a)) if a.ndim == *ndim => {
+            let end = a.dims_at.checked_add(a.ndim.checked_mul(2)?)?;
+            let mut slots = vec![0, 0, a.nitems, a.itemsize, a.data];
+            slots.extend(dims.get(a.dims_at..end)?.iter().map(|&d| d as u64));
+            Some(slots)
+        }
+        (Param::Scalar(target), ArgValue::Scalar(v)) => {
+            let converted = v.convert(*target).ok()?;
+            Some(converted[..if target.is_complex() { 2 } else { 1 }].to_vec())
+        }
+        _ => None,
+    }
+}
+
+/// A plan with arguments that fit it, as `classify` would produce them: arrays of the
+/// plan's ndim whose shape and strides sit one after another in `dims`, and scalars of
+/// any value (some do not convert to their parameter's type).
+fn plan_with_args() -> impl Strategy<Value = (Plan, Vec<ArgValue>, Vec<i64>)> {
+    valid_plan().prop_flat_map(|plan| {
+        let args: Vec<_> = plan
+            .params
+            .iter()
+            .map(|param| match *param {
+                Param::Array { ndim } => (
+                    any::<u64>(),
+                    any::<u64>(),
+                    any::<u64>(),
+                    vec(any::<i64>(), 2 * ndim),
+                )
+                    .prop_map(move |(data, itemsize, nitems, dims)| {
+                        (
+                            ArgValue::Array(ArrayArg {
+                                data,
+                                itemsize,
+                                nitems,
+                                ndim,
+                                dims_at: 0,
+                            }),
+                            dims,
+                        )
+                    })
+                    .boxed(),
+                Param::Scalar(_) => value()
+                    .prop_map(|v| (ArgValue::Scalar(v), Vec::new()))
+                    .boxed(),
+            })
+            .collect();
+        (Just(plan), args).prop_map(|(plan, args)| {
+            let mut dims = Vec::new();
+            let values = args
+                .into_iter()
+                .map(|(value, own_dims)| match value {
+                    ArgValue::Array(array) => {
+                        let dims_at = dims.len();
+                        dims.extend(own_dims);
+                        ArgValue::Array(ArrayArg { dims_at, ..array })
+                    }
+                    scalar => scalar,
+                })
+                .collect();
+            (plan, values, dims)
+        })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn parse_never_panics(items in vec(plan_entry(), 0..8)) {
+        if let Ok(plan) = Plan::parse(&items) {
+            prop_assert_eq!(plan.params.len(), items.len());
+        }
+    }
+
+    #[test]
+    fn parse_reads_every_valid_entry(params in valid_plan()) {
+        let items: Vec<String> = params
+            .params
+            .iter()
+            .map(|p| match p {
+                Param::Array { ndim } => format!("array:{ndim}"),
+                Param::Scalar(s) => s.numba_name().to_owned(),
+            })
+            .collect();
+        prop_assert_eq!(Plan::parse(&items).unwrap(), params);
+    }
+
+    #[test]
+    fn check_fingerprint_never_panics(plan in plan(), bytes in vec(any::<u8>(), 0..64)) {
+        let _ = plan.check_fingerprint(&bytes);
+    }
+
+    /// Whatever bytes it accepts, they decode into exactly the plan's parameters: one
+    /// scalar byte per scalar, a 4-byte array entry of the same ndim per array.
+    #[test]
+    fn accepted_fingerprints_fit_the_plan(
+        plan in plan(),
+        bytes in vec(
+            prop_oneof![
+                Just(ARRAY_TAG),
+                0u8..=16,
+                any::<u8>(),
+            ],
+            0..48,
+        ),
+    ) {
+        if plan.check_fingerprint(&bytes).is_ok() {
+            let mut i = 0;
+            for param in plan.params.iter() {
+                match param {
+                    Param::Array { ndim } => {
+                        prop_assert_eq!(bytes[i], ARRAY_TAG);
+                        prop_assert_eq!(usize::from(bytes[i + 2]), *ndim);
+                        i += 4;
+                    }
+                    Param::Scalar(_) => {
+                        prop_assert_ne!(bytes[i], ARRAY_TAG);
+                        i += 1;
+                    }
+                }
+            }
+            prop_assert_eq!(i, bytes.len());
+        }
+    }
+
+    #[test]
+    fn fingerprints_of_fitting_arguments_are_accepted(
+        plan in valid_plan(),
+        element in scalar(),
+        flags in any::<u8>(),
+        code in scalar(),
+    ) {
+        let bytes: Vec<u8> = plan
+            .params
+            .iter()
+            .flat_map(|p| fingerprint_of(p, element, flags, code))
+            .collect();
+        prop_assert!(plan.check_fingerprint(&bytes).is_ok());
+        // One byte fewer or more is refused.
+        if !bytes.is_empty() {
+            prop_assert!(plan.check_fingerprint(&bytes[..bytes.len() - 1]).is_err());
+        }
+        let mut longer = bytes.clone();
+        longer.push(code as u8);
+        prop_assert!(plan.check_fingerprint(&longer).is_err());
+    }
+
+    /// A plan whose array ndim differs from the argument's is refused, even where the two
+    /// agree in their low byte (the fingerprint holds ndim in one byte).
+    #[test]
+    fn fingerprints_of_another_ndim_are_refused(
+        plan in valid_plan(),
+        which in any::<proptest::sample::Index>(),
+        other in prop_oneof![
+            (1usize..4).prop_map(|k| 256 * k),
+            1usize..=MAX_NDIM,
+        ],
+        element in scalar(),
+    ) {
+        let arrays: Vec<usize> = (0..plan.params.len())
+            .filter(|&i| matches!(plan.params[i], Param::Array { .. }))
+            .collect();
+        prop_assume!(!arrays.is_empty());
+        let bytes: Vec<u8> = plan
+            .params
+            .iter()
+            .flat_map(|p| fingerprint_of(p, element, 0, Scalar::I64))
+            .collect();
+        let mut params = plan.params.to_vec();
+        let at = arrays[which.index(arrays.len())];
+        let Param::Array { ndim } = params[at] else { unreachable!() };
+        params[at] = Param::Array { ndim: ndim + other };
+        let changed = Plan { params: params.into() };
+        prop_assert!(changed.check_fingerprint(&bytes).is_err());
+    }
+
+    /// Any plan, any values, any dims: packing returns Ok or Err (no panic, no slice
+    /// past `dims`), and on Ok it wrote exactly the slots numba's data model gives.
+    #[test]
+    fn pack_never_panics_and_packs_what_the_plan_says(
+        plan in plan(),
+        values in vec(arg_value(), 0..12),
+        dims in vec(any::<i64>(), 0..96),
+        names in vec(".{0,4}", 0..4),
+    ) {
+        let mut out = ParamBuffer::default();
+        let packed = plan.pack(&values, &dims, &names, &mut out);
+        let expected: Option<Vec<u64>> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| expected_slots(plan.params.get(i)?, v, &dims))
+            .collect::<Option<Vec<_>>>()
+            .map(|parts| parts.concat());
+        match (packed, expected) {
+            (Ok(()), Some(expected)) => prop_assert_eq!(out.slots(), &expected[..]),
+            (Err(_), None) => {}
+            (Ok(()), None) => prop_assert!(false, "packed arguments that do not fit the plan"),
+            (Err(e), Some(_)) => prop_assert!(false, "refused fitting arguments: {e:?}"),
+        }
+    }
+
+    /// Arguments as classify produces them: packing succeeds unless a scalar does not
+    /// convert, and the buffer then holds exactly the plan's slot count, in the data
+    /// model's layout; packing one argument at a time gives the same slots.
+    #[test]
+    fn fitting_arguments_pack_to_the_plans_slot_count((plan, values, dims) in plan_with_args()) {
+        let converts = plan.params.iter().zip(&values).all(|(p, v)| match (p, v) {
+            (Param::Scalar(t), ArgValue::Scalar(v)) => v.convert(*t).is_ok(),
+            _ => true,
+        });
+        let mut out = ParamBuffer::default();
+        let packed = plan.pack(&values, &dims, &[], &mut out);
+        prop_assert_eq!(packed.is_ok(), converts);
+        if converts {
+            prop_assert_eq!(out.len(), plan_slots(&plan));
+            let expected: Vec<u64> = plan
+                .params
+                .iter()
+                .zip(&values)
+                .flat_map(|(p, v)| expected_slots(p, v, &dims).unwrap())
+                .collect();
+            prop_assert_eq!(out.slots(), &expected[..]);
+            let mut one_by_one = ParamBuffer::default();
+            for (index, value) in values.iter().enumerate() {
+                let before = one_by_one.len();
+                plan.pack_one(index, value, &dims, &[], &mut one_by_one).unwrap();
+                prop_assert_eq!(one_by_one.len() - before, slots_of(&plan.params[index]));
+            }
+            prop_assert_eq!(one_by_one.slots(), out.slots());
+        }
+        // An index past the plan is refused.
+        let extra = ArgValue::Scalar(Value::Int(0));
+        prop_assert!(plan.pack_one(plan.params.len(), &extra, &dims, &[], &mut out).is_err());
+    }
+}
