@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::sys::{CUcontext, CUdevice};
+use crate::sys::{self, CUcontext, CUdevice};
 use crate::Driver;
 
 /// One device: its handle, and its primary context once retained.
@@ -302,6 +302,34 @@ impl Driver {
     }
 
     /// Free and total memory of the current context's device, in bytes.
+    /// Whether kernels on device `from` can read and write device `to`'s memory.
+    pub fn can_access_peer(&self, from: usize, to: usize) -> Result<bool> {
+        let mut can: c_int = 0;
+        // SAFETY: valid out-pointer and device handles.
+        self.check(
+            unsafe {
+                (self.api.device_can_access_peer)(
+                    &mut can,
+                    self.device_handle(from)?,
+                    self.device_handle(to)?,
+                )
+            },
+            "asking whether a device can access a peer's memory",
+        )?;
+        Ok(can != 0)
+    }
+
+    /// Lets kernels in the current context access device `peer`'s memory (idempotent).
+    pub fn enable_peer_access(&self, peer: usize) -> Result<()> {
+        let peer_context = self.primary_context(peer)?;
+        // SAFETY: a live primary context handle; flags must be 0.
+        let code = unsafe { (self.api.ctx_enable_peer_access)(peer_context.0, 0) };
+        if code == sys::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            return Ok(());
+        }
+        self.check(code, "enabling peer access between devices")
+    }
+
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.

@@ -63,10 +63,21 @@ pub fn fallback_error_name(code: CUresult) -> &'static str {
         701 => "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
         702 => "CUDA_ERROR_LAUNCH_TIMEOUT",
         710 => "CUDA_ERROR_ASSERT",
+        714 => "CUDA_ERROR_HARDWARE_STACK_ERROR",
+        715 => "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+        716 => "CUDA_ERROR_MISALIGNED_ADDRESS",
+        717 => "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+        718 => "CUDA_ERROR_INVALID_PC",
         719 => "CUDA_ERROR_LAUNCH_FAILED",
         720 => "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
         _ => "CUDA_ERROR_UNKNOWN",
     }
+}
+
+/// Errors after which the context is corrupt: the driver returns them from every later call
+/// (a kernel faulted: illegal address or instruction, misaligned access, trap, assert, ...).
+pub fn is_sticky(code: CUresult) -> bool {
+    matches!(code, 700 | 710 | 714..=719)
 }
 
 #[cfg(test)]
@@ -86,6 +97,12 @@ mod tests {
             "CUDA_ERROR_ILLEGAL_ADDRESS while synchronizing the context: \
              an illegal memory access was encountered"
         );
+    }
+
+    #[test]
+    fn faults_are_sticky_and_configuration_errors_are_not() {
+        assert!(is_sticky(700) && is_sticky(719) && is_sticky(716));
+        assert!(!is_sticky(1) && !is_sticky(701) && !is_sticky(720) && !is_sticky(2));
     }
 
     #[test]

@@ -9,10 +9,12 @@
 //! - [`library`]: cubin images loaded with the library API, kernels and their attributes;
 //! - [`stream`]: streams and events;
 //! - [`memory`]: device allocations and copies (tests, host-array transfers);
-//! - [`launch`]: `cuLaunchKernel` / `cuLaunchKernelEx`.
+//! - [`launch`]: `cuLaunchKernel` / `cuLaunchKernelEx`;
+//! - [`graph`]: CUDA graphs made by stream capture, replayed and updated.
 
 pub mod context;
 pub mod error;
+pub mod graph;
 pub mod launch;
 pub mod library;
 pub mod memory;
@@ -20,14 +22,16 @@ pub mod params;
 pub mod stream;
 pub mod sys;
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, c_int, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 pub use context::{Context, DeviceSlot, LaunchContext};
 pub use error::{Error, Result};
+pub use graph::{CaptureMode, Graph, GraphNode, KernelNodeParams};
 pub use launch::LaunchDims;
 pub use library::{Kernel, KernelAttribute, Library};
-pub use memory::DeviceBuffer;
+pub use memory::{DeviceBuffer, PointerLocation};
 pub use params::ParamBuffer;
 pub use stream::{Event, Stream};
 
@@ -45,16 +49,41 @@ pub struct Driver {
 
 static DRIVER: OnceLock<Result<Driver>> = OnceLock::new();
 
+/// Set in a child forked after this process initialised CUDA: the driver's state does not
+/// survive `fork`, and calls into it there fail or hang.
+static FORKED_AFTER_INIT: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn mark_forked_child() {
+    FORKED_AFTER_INIT.store(true, Ordering::Relaxed);
+}
+
+extern "C" {
+    fn pthread_atfork(
+        prepare: Option<extern "C" fn()>,
+        parent: Option<extern "C" fn()>,
+        child: Option<extern "C" fn()>,
+    ) -> c_int;
+}
+
 impl Driver {
     /// The process-wide driver, loaded and initialised on first use.
+    #[inline]
     pub fn get() -> Result<&'static Driver> {
+        if FORKED_AFTER_INIT.load(Ordering::Relaxed) {
+            return Err(forked_child_error());
+        }
         DRIVER
             .get_or_init(|| {
                 let configured = std::env::var("FASTLAUNCH_CUDA_DRIVER").ok();
-                match configured.as_deref() {
+                let driver = match configured.as_deref() {
                     Some(path) => Driver::load_from(&[path]),
                     None => Driver::load_from(DRIVER_LIBRARY_NAMES),
+                };
+                if driver.is_ok() {
+                    // SAFETY: registers a handler that only stores to an atomic.
+                    unsafe { pthread_atfork(None, None, Some(mark_forked_child)) };
                 }
+                driver
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -127,6 +156,19 @@ impl Driver {
 
     #[cold]
     pub fn error(&self, code: CUresult, during: &str) -> Error {
+        let mut error = self.describe_error(code, during);
+        if let Error::Driver { message, .. } = &mut error {
+            if error::is_sticky(code) {
+                message.push_str(
+                    "; the CUDA context is now unusable: every later CUDA call in this process \
+                     fails, so restart the process",
+                );
+            }
+        }
+        error
+    }
+
+    fn describe_error(&self, code: CUresult, during: &str) -> Error {
         let lookup = |f: unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult| {
             let mut text: *const c_char = std::ptr::null();
             // SAFETY: the driver writes a pointer to a static C string or leaves it null.
@@ -156,6 +198,16 @@ impl Driver {
             "synchronizing the context",
         )
     }
+}
+
+#[cold]
+fn forked_child_error() -> Error {
+    Error::Unavailable(
+        "CUDA was initialised in the parent process before fork(), and cannot be used in a \
+         forked child; start worker processes with the 'spawn' method \
+         (multiprocessing.get_context('spawn'))"
+            .into(),
+    )
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ pub enum KernelAttribute {
     BinaryVersion = 6,
     MaxDynamicSharedSizeBytes = 8,
     PreferredSharedMemoryCarveout = 9,
+    NonPortableClusterSizeAllowed = 14,
 }
 
 impl Library {

@@ -86,6 +86,17 @@ impl Drop for DeviceBuffer {
     }
 }
 
+/// What the driver knows about a pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PointerLocation {
+    /// Device memory of this device ordinal.
+    Device(usize),
+    /// Pinned host or managed memory: usable from every device.
+    Anywhere,
+    /// Not memory the driver knows (pageable host memory, or a foreign pointer).
+    Unknown,
+}
+
 impl Driver {
     /// The device ordinal that owns `ptr`, or `None` for memory the driver does
     /// not know (host memory, or a foreign pointer).
@@ -101,6 +112,27 @@ impl Driver {
             )
         };
         (code == sys::CUDA_SUCCESS && ordinal >= 0).then_some(ordinal as usize)
+    }
+
+    /// Where `ptr` lives, for checking that a kernel argument is usable on a device.
+    pub fn pointer_location(&self, ptr: CUdeviceptr) -> PointerLocation {
+        let Some(ordinal) = self.pointer_device(ptr) else {
+            return PointerLocation::Unknown;
+        };
+        let read = |attribute: c_int| {
+            let mut value: u32 = 0;
+            // SAFETY: both attributes are 32-bit values written to a valid out-pointer.
+            let code = unsafe {
+                (self.api.pointer_get_attribute)((&mut value as *mut u32).cast(), attribute, ptr)
+            };
+            (code == sys::CUDA_SUCCESS).then_some(value)
+        };
+        if read(sys::CU_POINTER_ATTRIBUTE_MEMORY_TYPE) == Some(sys::CU_MEMORYTYPE_HOST)
+            || read(sys::CU_POINTER_ATTRIBUTE_IS_MANAGED).is_some_and(|managed| managed != 0)
+        {
+            return PointerLocation::Anywhere;
+        }
+        PointerLocation::Device(ordinal)
     }
 
     /// Copies between device allocations (same or peer devices under UVA).

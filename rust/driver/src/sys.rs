@@ -17,10 +17,17 @@ pub type CUkernel = *mut c_void;
 pub type CUfunction = *mut c_void;
 pub type CUstream = *mut c_void;
 pub type CUevent = *mut c_void;
+pub type CUgraph = *mut c_void;
+pub type CUgraphExec = *mut c_void;
+pub type CUgraphNode = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+pub const CU_MEMORYTYPE_HOST: c_uint = 1;
+pub const CU_POINTER_ATTRIBUTE_IS_MANAGED: c_int = 8;
 
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: the special stream handles.
 pub const CU_STREAM_LEGACY: usize = 0x1;
@@ -75,12 +82,40 @@ pub struct CUlaunchConfig {
     pub num_attrs: c_uint,
 }
 
+/// `CUDA_KERNEL_NODE_PARAMS_v2`: a kernel node of a graph.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CudaKernelNodeParams {
+    pub func: CUfunction,
+    pub grid_dim_x: c_uint,
+    pub grid_dim_y: c_uint,
+    pub grid_dim_z: c_uint,
+    pub block_dim_x: c_uint,
+    pub block_dim_y: c_uint,
+    pub block_dim_z: c_uint,
+    pub shared_mem_bytes: c_uint,
+    pub kernel_params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    pub kern: CUkernel,
+    pub ctx: CUcontext,
+}
+
 /// Declares the entry-point table: one field per driver function, and a loader
-/// that resolves each by its exported (versioned) symbol name.
+/// that resolves each by its exported (versioned) symbol name. Functions under
+/// `optional` are `Option`s: a driver without them still loads, and only the feature
+/// that needs them reports it.
 macro_rules! driver_api {
-    ($( $field:ident = $symbol:literal : fn($($arg:ty),*); )*) => {
+    (
+        required {
+            $( $field:ident = $symbol:literal : fn($($arg:ty),*); )*
+        }
+        optional {
+            $( $ofield:ident = $osymbol:literal : fn($($oarg:ty),*); )*
+        }
+    ) => {
         pub struct Api {
             $( pub $field: unsafe extern "C" fn($($arg),*) -> CUresult, )*
+            $( pub $ofield: Option<unsafe extern "C" fn($($oarg),*) -> CUresult>, )*
             /// Keeps the shared object mapped for as long as the pointers above live.
             _library: DynamicLibrary,
         }
@@ -100,13 +135,25 @@ macro_rules! driver_api {
                             )))?
                     };
                 )*
-                Ok(Api { $( $field, )* _library: library })
+                $(
+                    // SAFETY: as above.
+                    let $ofield = unsafe {
+                        library
+                            .get::<unsafe extern "C" fn($($oarg),*) -> CUresult>(
+                                concat!($osymbol, "\0").as_bytes(),
+                            )
+                            .ok()
+                            .map(|symbol| *symbol)
+                    };
+                )*
+                Ok(Api { $( $field, )* $( $ofield, )* _library: library })
             }
         }
     };
 }
 
 driver_api! {
+    required {
     init = "cuInit": fn(c_uint);
     driver_get_version = "cuDriverGetVersion": fn(*mut c_int);
     get_error_name = "cuGetErrorName": fn(CUresult, *mut *const c_char);
@@ -170,6 +217,32 @@ driver_api! {
     memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2": fn(*mut c_void, CUdeviceptr, usize, CUstream);
     memset_d8 = "cuMemsetD8_v2": fn(CUdeviceptr, u8, usize);
     pointer_get_attribute = "cuPointerGetAttribute": fn(*mut c_void, c_int, CUdeviceptr);
+    device_can_access_peer = "cuDeviceCanAccessPeer": fn(*mut c_int, CUdevice, CUdevice);
+    ctx_enable_peer_access = "cuCtxEnablePeerAccess": fn(CUcontext, c_uint);
+    occupancy_max_active_clusters = "cuOccupancyMaxActiveClusters":
+        fn(*mut c_int, CUfunction, *const CUlaunchConfig);
+
+    stream_begin_capture = "cuStreamBeginCapture_v2": fn(CUstream, c_int);
+    stream_end_capture = "cuStreamEndCapture": fn(CUstream, *mut CUgraph);
+    graph_instantiate = "cuGraphInstantiateWithFlags": fn(*mut CUgraphExec, CUgraph, u64);
+    graph_launch = "cuGraphLaunch": fn(CUgraphExec, CUstream);
+    graph_exec_destroy = "cuGraphExecDestroy": fn(CUgraphExec);
+    graph_destroy = "cuGraphDestroy": fn(CUgraph);
+    graph_get_nodes = "cuGraphGetNodes": fn(CUgraph, *mut CUgraphNode, *mut usize);
+    graph_kernel_node_get_params = "cuGraphKernelNodeGetParams_v2":
+        fn(CUgraphNode, *mut CudaKernelNodeParams);
+    graph_exec_kernel_node_set_params = "cuGraphExecKernelNodeSetParams_v2":
+        fn(CUgraphExec, CUgraphNode, *const CudaKernelNodeParams);
+    }
+
+    optional {
+        // The node a capture just added: _v3 (CUDA 12.3+) adds edge data; _v2 for older drivers.
+        stream_get_capture_info_v3 = "cuStreamGetCaptureInfo_v3": fn(
+            CUstream, *mut c_int, *mut u64, *mut CUgraph,
+            *mut *const CUgraphNode, *mut *const c_void, *mut usize);
+        stream_get_capture_info_v2 = "cuStreamGetCaptureInfo_v2": fn(
+            CUstream, *mut c_int, *mut u64, *mut CUgraph, *mut *const CUgraphNode, *mut usize);
+    }
 }
 
 #[cfg(test)]
@@ -180,5 +253,6 @@ mod tests {
     fn launch_structs_match_cuda_h() {
         assert_eq!(std::mem::size_of::<CUlaunchAttribute>(), 72);
         assert_eq!(std::mem::size_of::<CUlaunchConfig>(), 56);
+        assert_eq!(std::mem::size_of::<CudaKernelNodeParams>(), 72);
     }
 }

@@ -71,6 +71,11 @@ pub struct Scratch {
     pub has_cupy: bool,
     /// An argument only numba-cuda's own launch path can pass (see `Strategy::Numba`).
     pub needs_numba: bool,
+    /// Arrays whose source names their device, and the device.
+    pub claimed_devices: Vec<(ValueAt, usize)>,
+    /// Arrays whose pointers the launch asks the driver about (generic CUDA Array
+    /// Interface objects, whose pointer may be anything).
+    pub unverified_pointers: Vec<ValueAt>,
 }
 
 impl Scratch {
@@ -84,6 +89,24 @@ impl Scratch {
         self.exchange_stream = None;
         self.has_cupy = false;
         self.needs_numba = false;
+        self.claimed_devices.clear();
+        self.unverified_pointers.clear();
+    }
+}
+
+/// Where an array's value is in `Scratch::values`, and which argument it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueAt {
+    pub value: usize,
+    pub argument: usize,
+}
+
+impl ValueAt {
+    fn next(scratch: &Scratch, at: Position<'_>) -> ValueAt {
+        ValueAt {
+            value: scratch.values.len(),
+            argument: at.index,
+        }
     }
 }
 
@@ -894,6 +917,12 @@ fn push_dltensor(
     scratch: &mut Scratch,
 ) -> Result<()> {
     let device = tensor.device.device_type;
+    if device == dlpack::KDL_CUDA {
+        let ordinal = usize::try_from(tensor.device.device_id)
+            .map_err(|_| at.error("DLPack tensor has a negative device id"))?;
+        let value = ValueAt::next(scratch, at);
+        scratch.claimed_devices.push((value, ordinal));
+    }
     if !matches!(
         device,
         dlpack::KDL_CUDA | dlpack::KDL_CUDA_MANAGED | dlpack::KDL_CUDA_HOST
@@ -1042,6 +1071,10 @@ fn read_cai(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> 
         return Err(
             at.error("__cuda_array_interface__ has a null data pointer for a non-empty array")
         );
+    }
+    if nonempty {
+        let value = ValueAt::next(scratch, at);
+        scratch.unverified_pointers.push(value);
     }
     push_array(
         scratch,

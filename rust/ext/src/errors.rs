@@ -17,6 +17,9 @@ pub enum Error {
         name: String,
         message: String,
     },
+    /// A launch beyond a device or kernel limit (threads, shared memory, grid, registers,
+    /// co-residency, clusters): `LaunchConfigurationError`, a `ValueError`.
+    LaunchConfiguration(String),
     /// The wrong kind of object (launch configuration, stream, ...): `TypeError`.
     Type(String),
     /// A value out of range or malformed: `ValueError`.
@@ -96,6 +99,9 @@ impl From<Error> for PyErr {
                     name,
                 ),
             ),
+            Error::LaunchConfiguration(message) => {
+                python_exception(py, "LaunchConfigurationError", (message,))
+            }
             Error::Type(message) => PyTypeError::new_err(message),
             Error::Value(message) => PyValueError::new_err(message),
             Error::Index(message) => PyIndexError::new_err(message),

@@ -1,0 +1,359 @@
+//! What a launch may ask of the device, and why the driver refused one.
+//!
+//! Nothing here runs on the common path: dynamic shared memory is checked only above the
+//! 48 KiB every kernel may use, clusters when configured, and a refused launch is explained
+//! after the driver refused it, so that a correct launch pays for none of it.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use fastlaunch_driver::context::attribute;
+use fastlaunch_driver::{self as driver, Driver, KernelAttribute, LaunchDims, PointerLocation};
+
+use crate::classify::{ArgValue, Position, Scratch, ValueAt};
+use crate::errors::{Error, Result};
+
+/// Dynamic shared memory any kernel may use without opting in.
+pub const DEFAULT_DYNAMIC_SHARED_BYTES: u32 = 48 * 1024;
+
+/// Devices whose opt-in state is remembered per kernel; others ask the driver every time.
+const TRACKED_DEVICES: usize = 16;
+
+/// The dynamic shared memory a kernel has been opted in to, per device.
+pub struct SharedMemoryOptIn([AtomicU32; TRACKED_DEVICES]);
+
+impl Default for SharedMemoryOptIn {
+    fn default() -> SharedMemoryOptIn {
+        SharedMemoryOptIn(std::array::from_fn(|_| {
+            AtomicU32::new(DEFAULT_DYNAMIC_SHARED_BYTES)
+        }))
+    }
+}
+
+fn device_limit(driver: &Driver, ordinal: usize, name: &str) -> Result<i64> {
+    let code = attribute::by_name(name).expect("a device attribute fastlaunch lists");
+    Ok(i64::from(driver.device_attribute(ordinal, code)?))
+}
+
+fn kernel_limit(
+    driver: &Driver,
+    kernel: &driver::Kernel,
+    ordinal: usize,
+    attribute: KernelAttribute,
+) -> Result<i64> {
+    Ok(i64::from(kernel.attribute(driver, attribute, ordinal)?))
+}
+
+impl SharedMemoryOptIn {
+    /// Lets `kernel` use `bytes` of dynamic shared memory on device `ordinal` (above 48 KiB
+    /// a kernel must opt in, up to the device's per-block limit less its static shared memory).
+    #[inline]
+    pub fn allow(
+        &self,
+        driver: &Driver,
+        kernel: &driver::Kernel,
+        ordinal: usize,
+        bytes: u32,
+    ) -> Result<()> {
+        match self.0.get(ordinal) {
+            Some(allowed) if bytes <= allowed.load(Ordering::Relaxed) => Ok(()),
+            slot => self.opt_in(driver, kernel, ordinal, bytes, slot),
+        }
+    }
+
+    #[cold]
+    fn opt_in(
+        &self,
+        driver: &Driver,
+        kernel: &driver::Kernel,
+        ordinal: usize,
+        bytes: u32,
+        slot: Option<&AtomicU32>,
+    ) -> Result<()> {
+        let device_max = device_limit(driver, ordinal, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")?;
+        let static_bytes = kernel_limit(driver, kernel, ordinal, KernelAttribute::SharedSizeBytes)?;
+        let available = device_max - static_bytes;
+        if i64::from(bytes) > available {
+            return Err(Error::LaunchConfiguration(format!(
+                "sharedmem={bytes} bytes of dynamic shared memory is more than device \
+                 {ordinal} allows this kernel: {available} bytes (the device's opt-in limit of \
+                 {device_max} bytes per block, less the kernel's {static_bytes} bytes of static \
+                 shared memory)"
+            )));
+        }
+        kernel.set_attribute(
+            driver,
+            KernelAttribute::MaxDynamicSharedSizeBytes,
+            bytes as i32,
+            ordinal,
+        )?;
+        if let Some(slot) = slot {
+            slot.fetch_max(bytes, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// Checks a cluster shape against the grid (each grid dimension a multiple of the cluster's).
+pub fn check_cluster(grid: [u32; 3], cluster: [u32; 3]) -> Result<()> {
+    for (axis, (g, c)) in ["x", "y", "z"].iter().zip(grid.iter().zip(cluster)) {
+        if g % c != 0 {
+            return Err(Error::LaunchConfiguration(format!(
+                "griddim {grid:?} is not a multiple of cluster {cluster:?} in {axis}: a grid is \
+                 made of whole clusters"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Portable cluster size limit; Hopper allows up to 16 blocks once a kernel opts in.
+const PORTABLE_CLUSTER_BLOCKS: u32 = 8;
+const MAX_CLUSTER_BLOCKS: u32 = 16;
+
+/// Checks that device `ordinal` runs clusters of this shape, opting `kernel` in to
+/// non-portable sizes (9 to 16 blocks).
+pub fn prepare_cluster(
+    driver: &Driver,
+    kernel: &driver::Kernel,
+    ordinal: usize,
+    compute_capability: u32,
+    cluster: [u32; 3],
+) -> Result<()> {
+    if compute_capability < 90 {
+        return Err(Error::LaunchConfiguration(format!(
+            "thread block clusters need compute capability 9.0 or newer; device {ordinal} has {}.{}",
+            compute_capability / 10,
+            compute_capability % 10
+        )));
+    }
+    let blocks: u32 = cluster.iter().product();
+    if blocks > MAX_CLUSTER_BLOCKS {
+        return Err(Error::LaunchConfiguration(format!(
+            "cluster {cluster:?} has {blocks} blocks; at most {MAX_CLUSTER_BLOCKS} blocks make a \
+             cluster ({PORTABLE_CLUSTER_BLOCKS} portably)"
+        )));
+    }
+    if blocks > PORTABLE_CLUSTER_BLOCKS {
+        kernel.set_attribute(
+            driver,
+            KernelAttribute::NonPortableClusterSizeAllowed,
+            1,
+            ordinal,
+        )?;
+    }
+    Ok(())
+}
+
+/// Turns a refused launch into an error naming the limit it broke, when one is found.
+#[cold]
+pub fn explain_launch_failure(
+    driver: &Driver,
+    kernel: &driver::Kernel,
+    ordinal: usize,
+    dims: &LaunchDims,
+    cooperative: bool,
+    refused: driver::Error,
+) -> Error {
+    let driver::Error::Driver { ref name, .. } = refused else {
+        return refused.into();
+    };
+    match find_broken_limit(driver, kernel, ordinal, dims, cooperative) {
+        Ok(Some(why)) => Error::LaunchConfiguration(format!("{why} ({name} from the driver)")),
+        _ => refused.into(),
+    }
+}
+
+fn find_broken_limit(
+    driver: &Driver,
+    kernel: &driver::Kernel,
+    ordinal: usize,
+    dims: &LaunchDims,
+    cooperative: bool,
+) -> Result<Option<String>> {
+    let device = |name: &str| device_limit(driver, ordinal, name);
+    let of_kernel = |attribute| kernel_limit(driver, kernel, ordinal, attribute);
+    let [bx, by, bz] = dims.block.map(i64::from);
+    let threads = bx * by * bz;
+    let device_threads = device("MAX_THREADS_PER_BLOCK")?;
+    if threads > device_threads {
+        return Ok(Some(format!(
+            "blockdim {:?} is {threads} threads per block; device {ordinal} runs at most \
+             {device_threads} (MAX_THREADS_PER_BLOCK)",
+            dims.block
+        )));
+    }
+    let limits = [
+        ("x", bx, "MAX_BLOCK_DIM_X"),
+        ("y", by, "MAX_BLOCK_DIM_Y"),
+        ("z", bz, "MAX_BLOCK_DIM_Z"),
+    ];
+    for (axis, value, limit_name) in limits {
+        let limit = device(limit_name)?;
+        if value > limit {
+            return Ok(Some(format!(
+                "blockdim {:?} has {value} threads in {axis}; device {ordinal} allows at most \
+                 {limit} ({limit_name})",
+                dims.block
+            )));
+        }
+    }
+    let [gx, gy, gz] = dims.grid.map(i64::from);
+    let limits = [
+        ("x", gx, "MAX_GRID_DIM_X"),
+        ("y", gy, "MAX_GRID_DIM_Y"),
+        ("z", gz, "MAX_GRID_DIM_Z"),
+    ];
+    for (axis, value, limit_name) in limits {
+        let limit = device(limit_name)?;
+        if value > limit {
+            return Ok(Some(format!(
+                "griddim {:?} has {value} blocks in {axis}; device {ordinal} allows at most \
+                 {limit} ({limit_name})",
+                dims.grid
+            )));
+        }
+    }
+    let kernel_threads = of_kernel(KernelAttribute::MaxThreadsPerBlock)?;
+    let registers = of_kernel(KernelAttribute::NumRegs)?;
+    if threads > kernel_threads {
+        return Ok(Some(format!(
+            "blockdim {:?} is {threads} threads per block; this kernel runs at most \
+             {kernel_threads} (its max_threads_per_block: {registers} registers per thread, \
+             or its launch bounds)",
+            dims.block
+        )));
+    }
+    let register_file = device("MAX_REGISTERS_PER_BLOCK")?;
+    if registers * threads > register_file {
+        return Ok(Some(format!(
+            "this kernel needs {registers} registers per thread x {threads} threads = {} \
+             registers per block; device {ordinal} has {register_file} (lower max_registers \
+             or the block size)",
+            registers * threads
+        )));
+    }
+    let static_bytes = of_kernel(KernelAttribute::SharedSizeBytes)?;
+    let shared_limit = device("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")?;
+    let shared = static_bytes + i64::from(dims.shared_mem_bytes);
+    if shared > shared_limit {
+        return Ok(Some(format!(
+            "this launch needs {shared} bytes of shared memory per block ({static_bytes} static \
+             + sharedmem={}); device {ordinal} allows at most {shared_limit} \
+             (MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)",
+            dims.shared_mem_bytes
+        )));
+    }
+    if cooperative {
+        let per_multiprocessor = kernel
+            .max_active_blocks_per_multiprocessor(
+                driver,
+                dims.block.iter().product(),
+                dims.shared_mem_bytes as usize,
+            )
+            .map(i64::from)?;
+        let most = per_multiprocessor * device("MULTIPROCESSOR_COUNT")?;
+        let blocks = gx * gy * gz;
+        if blocks > most {
+            return Ok(Some(format!(
+                "a cooperative launch of griddim {:?} has {blocks} blocks, more than can be \
+                 resident at once on device {ordinal}: max_cooperative_grid_blocks is {most} for \
+                 blockdim {:?} and sharedmem={}",
+                dims.grid, dims.block, dims.shared_mem_bytes
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Checks that every array argument can be reached from device `ordinal`. Arrays whose
+/// source names their device (DLPack) are checked always, and so are the pointers of
+/// generic CUDA Array Interface objects (which may be anything); with several devices, every
+/// other array's pointer is asked of the driver. Peers the driver allows are enabled.
+pub fn check_devices(
+    driver: &Driver,
+    ordinal: usize,
+    scratch: &Scratch,
+    names: &[String],
+) -> Result<()> {
+    let at = |found: ValueAt| Position {
+        index: found.argument,
+        name: names.get(found.argument).map_or("", String::as_str),
+    };
+    for &(found, device) in &scratch.claimed_devices {
+        if device != ordinal {
+            reach_peer(driver, ordinal, device, at(found), "its DLPack device")?;
+        }
+    }
+    for &found in &scratch.unverified_pointers {
+        let Some(ArgValue::Array(array)) = scratch.values.get(found.value) else {
+            continue;
+        };
+        match driver.pointer_location(array.data) {
+            PointerLocation::Device(device) if device != ordinal => {
+                reach_peer(driver, ordinal, device, at(found), "cuPointerGetAttribute")?;
+            }
+            PointerLocation::Unknown if !pageable_memory_reachable(driver, ordinal)? => {
+                return Err(at(found).error(format!(
+                    "__cuda_array_interface__ data pointer {:#x} is not CUDA memory (the driver \
+                     does not know it: host memory, or a freed or foreign pointer)",
+                    array.data
+                )));
+            }
+            _ => {}
+        }
+    }
+    if driver.device_count() < 2 {
+        return Ok(());
+    }
+    let checked = |value: usize| {
+        scratch
+            .claimed_devices
+            .iter()
+            .any(|(v, _)| v.value == value)
+            || scratch.unverified_pointers.iter().any(|v| v.value == value)
+    };
+    // Every other array: numba and CuPy arrays (one argument each, in order).
+    for (value, arg) in scratch.values.iter().enumerate() {
+        let ArgValue::Array(array) = arg else {
+            continue;
+        };
+        if array.nitems == 0 || checked(value) {
+            continue;
+        }
+        if let PointerLocation::Device(device) = driver.pointer_location(array.data) {
+            if device != ordinal {
+                let found = ValueAt {
+                    value,
+                    argument: value,
+                };
+                reach_peer(driver, ordinal, device, at(found), "cuPointerGetAttribute")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether kernels on device `ordinal` may read pageable host memory (HMM, ATS).
+fn pageable_memory_reachable(driver: &Driver, ordinal: usize) -> Result<bool> {
+    Ok(device_limit(driver, ordinal, "PAGEABLE_MEMORY_ACCESS")? != 0)
+}
+
+#[cold]
+fn reach_peer(
+    driver: &Driver,
+    ordinal: usize,
+    device: usize,
+    at: Position<'_>,
+    source: &str,
+) -> Result<()> {
+    let peer = device < driver.device_count() && driver.can_access_peer(ordinal, device)?;
+    if !peer {
+        return Err(at.error(format!(
+            "its memory is on device {device} ({source} says so) but the launch is on device \
+             {ordinal}, which cannot access that device's memory; copy it to device {ordinal} \
+             or launch inside `with fastlaunch.gpus[{device}]:`"
+        )));
+    }
+    driver.enable_peer_access(device)?;
+    Ok(())
+}
