@@ -15,7 +15,9 @@ from fastlaunch.errors import (
     CudaError,
     CudaUnavailableError,
     KernelArgumentError,
+    LaunchConfigurationError,
 )
+from fastlaunch.graphs import Graph, GraphLaunch, graph
 from fastlaunch.streams import (
     Event,
     Stream,
@@ -64,6 +66,10 @@ __all__ = [
     "DeviceList",
     "Kernel",
     "KernelArgumentError",
+    "LaunchConfigurationError",
+    "Graph",
+    "GraphLaunch",
+    "graph",
     "__version__",
     "current_device",
     "driver_version",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -145,6 +146,20 @@ class Kernel(_core.Kernel):
 
     def __repr__(self) -> str:
         return f"<fastlaunch.Kernel {self.__qualname__}>"
+
+    def _warn_low_occupancy(self, grid_size: int) -> None:
+        """numba-cuda's low-occupancy warning (``NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS``), given
+        by the launch path once per kernel rather than on every launch."""
+        from numba.cuda.core import config, errors
+
+        if config.CUDA_LOW_OCCUPANCY_WARNINGS and not config.DISABLE_PERFORMANCE_WARNINGS:
+            warnings.warn(
+                errors.NumbaPerformanceWarning(
+                    f"Grid size {grid_size} will likely result in GPU under-utilization "
+                    "due to low occupancy."
+                ),
+                stacklevel=3,
+            )
 
     def __reduce__(self) -> tuple:
         # Pickled as its numba-cuda dispatcher (for multiprocessing); compiled again on use.

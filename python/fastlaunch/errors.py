@@ -13,6 +13,13 @@ class CudaUnavailableError(CudaError):
     """No usable CUDA: the driver library is missing, or there is no device."""
 
 
+class LaunchConfigurationError(CudaError, ValueError):
+    """A launch the GPU cannot run as configured: too many threads per block for the kernel
+    or the device, too much shared memory, a grid or cluster beyond the device's limits, or a
+    cooperative grid whose blocks cannot all be resident. The message names the limit and the
+    value."""
+
+
 class KernelArgumentError(TypeError):
     """A kernel argument cannot be passed: wrong kind, dtype, layout or value.
 
@@ -65,4 +72,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CudaDriverError", "CudaError", "CudaUnavailableError", "KernelArgumentError"]
+__all__ = [
+    "CudaDriverError",
+    "CudaError",
+    "CudaUnavailableError",
+    "KernelArgumentError",
+    "LaunchConfigurationError",
+]

@@ -8,7 +8,7 @@
 //! `_register`.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
@@ -20,6 +20,8 @@ use pyo3::{ffi, intern};
 use crate::classify::{describe as describe_fingerprint, read_arg, Position, Scratch};
 use crate::devices::{compute_capability_code, driver};
 use crate::errors::{Error, Result};
+use crate::graphs;
+use crate::limits::{self, SharedMemoryOptIn, DEFAULT_DYNAMIC_SHARED_BYTES};
 use crate::plan::Plan;
 use crate::streams;
 
@@ -29,6 +31,7 @@ pub struct CompiledCode {
     kernel: driver::Kernel,
     cooperative: bool,
     entry: String,
+    shared_memory: SharedMemoryOptIn,
 }
 
 /// Python's handle to a loaded kernel image, shared by every overload it serves.
@@ -59,6 +62,7 @@ impl CompiledKernel {
                 kernel,
                 cooperative,
                 entry: entry.to_owned(),
+                shared_memory: SharedMemoryOptIn::default(),
             }),
         })
     }
@@ -158,7 +162,10 @@ pub struct Kernel {
     register_lock: Mutex<()>,
     parameter_names: OnceLock<Box<[String]>>,
     /// Every launch goes through numba-cuda's own path (kernels with `extensions`).
-    always_numba: std::sync::atomic::AtomicBool,
+    always_numba: AtomicBool,
+    /// The low-occupancy warning was considered once (numba-cuda warns per launch; once
+    /// per kernel keeps the warning without its cost on every launch).
+    low_occupancy_settled: AtomicBool,
 }
 
 #[pymethods]
@@ -172,7 +179,8 @@ impl Kernel {
             misses: AtomicU64::new(0),
             register_lock: Mutex::new(()),
             parameter_names: OnceLock::new(),
-            always_numba: std::sync::atomic::AtomicBool::new(false),
+            always_numba: AtomicBool::new(false),
+            low_occupancy_settled: AtomicBool::new(false),
         }
     }
 
@@ -275,16 +283,24 @@ impl Kernel {
         )?)
     }
 
-    /// The launch configuration object for `kernel[griddim, blockdim, stream, sharedmem]`.
-    #[pyo3(signature = (griddim, blockdim, stream = None, sharedmem = None))]
+    /// The launch configuration object for `kernel[griddim, blockdim, stream, sharedmem]`;
+    /// `cluster` (1 to 3 ints) launches thread block clusters of that shape (Hopper and newer).
+    #[pyo3(signature = (griddim, blockdim, stream = None, sharedmem = None, *, cluster = None))]
     fn configure(
         slf: &Bound<'_, Self>,
         griddim: &Bound<'_, PyAny>,
         blockdim: &Bound<'_, PyAny>,
         stream: Option<&Bound<'_, PyAny>>,
         sharedmem: Option<&Bound<'_, PyAny>>,
+        cluster: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Launcher> {
-        Ok(Launcher::new(slf, griddim, blockdim, stream, sharedmem)?)
+        let mut launcher = Launcher::new(slf, griddim, blockdim, stream, sharedmem)?;
+        if let Some(cluster) = cluster.filter(|c| !c.is_none()) {
+            let shape = parse_dims(cluster, "cluster")?;
+            limits::check_cluster(launcher.dims.grid, shape)?;
+            launcher.cluster = Some(shape);
+        }
+        Ok(launcher)
     }
 }
 
@@ -306,8 +322,26 @@ impl Kernel {
         Some(hit.clone())
     }
 
-    fn names(&self) -> &[String] {
+    pub(crate) fn names(&self) -> &[String] {
         self.parameter_names.get().map_or(&[], |names| names)
+    }
+
+    /// Asks the Python subclass's `_warn_low_occupancy` once per kernel (it follows numba's
+    /// `CUDA_LOW_OCCUPANCY_WARNINGS`).
+    #[cold]
+    fn warn_low_occupancy(&self, kernel_object: &Bound<'_, Kernel>, grid: [u32; 3]) -> Result<()> {
+        if self.low_occupancy_settled.swap(true, Ordering::Relaxed) {
+            return Ok(());
+        }
+        let py = kernel_object.py();
+        if let Ok(warn) = kernel_object.getattr(intern!(py, "_warn_low_occupancy")) {
+            if let Err(raised) = warn.call1((grid.iter().product::<u32>(),)) {
+                // Warnings turned into errors raise each time, as numba-cuda's do.
+                self.low_occupancy_settled.store(false, Ordering::Relaxed);
+                return Err(raised.into());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -316,6 +350,8 @@ impl Kernel {
 pub struct Launcher {
     kernel: Py<Kernel>,
     dims: LaunchDims,
+    /// Thread block cluster shape (`configure(..., cluster=...)`).
+    cluster: Option<[u32; 3]>,
     /// The stream object as given, kept alive while this configuration is.
     stream: Py<PyAny>,
 }
@@ -429,6 +465,9 @@ impl Launcher {
                 })?
             }
         };
+        if grid.iter().product::<u32>() < LOW_OCCUPANCY_BLOCKS {
+            kernel.get().warn_low_occupancy(kernel, grid)?;
+        }
         Ok(Launcher {
             kernel: kernel.clone().unbind(),
             dims: LaunchDims {
@@ -437,6 +476,7 @@ impl Launcher {
                 shared_mem_bytes,
                 stream: handle,
             },
+            cluster: None,
             stream: stream.unbind(),
         })
     }
@@ -464,6 +504,7 @@ impl Launcher {
             py,
             self.kernel.bind(py),
             &self.dims,
+            self.cluster,
             &self.stream,
             args,
         )?)
@@ -500,6 +541,11 @@ impl Launcher {
     #[getter]
     fn sharedmem(&self) -> u32 {
         self.dims.shared_mem_bytes
+    }
+
+    #[getter]
+    fn cluster(&self) -> Option<(u32, u32, u32)> {
+        self.cluster.map(|[x, y, z]| (x, y, z))
     }
 }
 
@@ -556,12 +602,25 @@ fn launch(
     py: Python<'_>,
     kernel_object: &Bound<'_, Kernel>,
     dims: &LaunchDims,
+    cluster: Option<[u32; 3]>,
     stream: &Py<PyAny>,
     args: &Bound<'_, PyTuple>,
 ) -> Result<()> {
     let kernel = kernel_object.get();
     let names = kernel.names();
     check_argument_count(names, args.len())?;
+    // Inside `with fastlaunch.graph():`, launches given no stream go to the capture stream.
+    let redirected;
+    let dims = match graphs::capture_stream() {
+        Some(capture) if dims.stream == 0 => {
+            redirected = LaunchDims {
+                stream: capture,
+                ..*dims
+            };
+            &redirected
+        }
+        _ => dims,
+    };
     if kernel.always_numba.load(Ordering::Relaxed) {
         return launch_with_numba(py, kernel_object, dims, stream, args);
     }
@@ -574,16 +633,36 @@ fn launch(
         let Some(overload) = resolve(py, kernel_object, args, compute_capability, scratch)? else {
             return launch_with_numba(py, kernel_object, dims, stream, args);
         };
+        if !scratch.claimed_devices.is_empty()
+            || !scratch.unverified_pointers.is_empty()
+            || driver.device_count() > 1
+        {
+            limits::check_devices(driver, context.ordinal, scratch, names)?;
+        }
         let dims = &order_inputs(py, context.context, dims, scratch)?;
         match (&overload.target, &overload.plan) {
             (Target::Compiled(code), Some(plan)) => {
+                if let Some(shape) = cluster {
+                    limits::prepare_cluster(
+                        driver,
+                        &code.kernel,
+                        context.ordinal,
+                        compute_capability,
+                        shape,
+                    )?;
+                }
                 plan.pack(&scratch.values, &scratch.dims, names, &mut scratch.params)?;
                 let params = scratch.params.as_params();
                 // SAFETY: the plan was checked against this fingerprint at registration and
                 // packs one 8-byte slot per flattened parameter of the compiled entry, as
                 // numba's data model lays them out; the argument objects (and any DLPack
                 // capsules in the scratch) are alive until the launch is submitted.
-                unsafe { code.launch(py, driver, dims, params) }
+                unsafe { code.launch(py, driver, context.ordinal, dims, cluster, params) }?;
+                if graphs::is_capturing(dims.stream) {
+                    let packed = PackedArgs::new(plan, scratch, names, args)?;
+                    graphs::record(driver, kernel_object, code, dims.stream, packed)?;
+                }
+                Ok(())
             }
             (Target::Python(callable), _) => {
                 callable.call1(py, launch_arguments(py, args, dims, stream))?;
@@ -637,6 +716,9 @@ fn launch_with_numba(
 }
 
 impl CompiledCode {
+    /// Launches on device `ordinal` (whose context is current), opting in to dynamic shared
+    /// memory above 48 KiB, and explains a refused launch by the limit it broke.
+    ///
     /// # Safety
     /// `params` must hold one pointer per flattened kernel parameter (see [`Plan`]).
     #[inline]
@@ -644,29 +726,48 @@ impl CompiledCode {
         &self,
         py: Python<'_>,
         driver: &driver::Driver,
+        ordinal: usize,
         dims: &LaunchDims,
+        cluster: Option<[u32; 3]>,
         params: *mut *mut std::ffi::c_void,
     ) -> Result<()> {
+        if dims.shared_mem_bytes > DEFAULT_DYNAMIC_SHARED_BYTES {
+            self.shared_memory
+                .allow(driver, &self.kernel, ordinal, dims.shared_mem_bytes)?;
+        }
         let params = ParamPointers(params);
         let submit = move || {
             let params = params;
+            let function = self.kernel.as_function();
             // SAFETY: guaranteed by the caller.
             unsafe {
-                if self.cooperative {
-                    driver.launch_ex(self.kernel.as_function(), dims, params.0, true, None)
+                if self.cooperative || cluster.is_some() {
+                    driver.launch_ex(function, dims, params.0, self.cooperative, cluster)
                 } else {
-                    driver.launch(self.kernel.as_function(), dims, params.0)
+                    driver.launch(function, dims, params.0)
                 }
             }
         };
-        if RELEASE_GIL.load(Ordering::Relaxed) {
-            py.detach(submit)?;
+        let submitted = if RELEASE_GIL.load(Ordering::Relaxed) {
+            py.detach(submit)
         } else {
-            submit()?;
-        }
-        Ok(())
+            submit()
+        };
+        submitted.map_err(|refused| {
+            limits::explain_launch_failure(
+                driver,
+                &self.kernel,
+                ordinal,
+                dims,
+                self.cooperative,
+                refused,
+            )
+        })
     }
 }
+
+/// Below this many blocks numba-cuda warns of low occupancy (`NumbaPerformanceWarning`).
+const LOW_OCCUPANCY_BLOCKS: u32 = 128;
 
 /// The parameter pointer array, sent into a GIL-released launch.
 #[derive(Clone, Copy)]
@@ -714,21 +815,126 @@ impl PackedParams {
     }
 }
 
+/// Arguments packed once, with what replacing one of them in place needs: each argument's
+/// fingerprint bytes and parameter slots. Bound launches and graph nodes hold one.
+pub(crate) struct PackedArgs {
+    plan: Plan,
+    params: PackedParams,
+    arg_fingerprints: Vec<Box<[u8]>>,
+    arg_slots: Vec<std::ops::Range<usize>>,
+    /// The arguments, kept alive while they are packed here.
+    args: Vec<Py<PyAny>>,
+    launch_stream: usize,
+}
+
+impl PackedArgs {
+    /// Packs the arguments classified in `scratch` (its `params` are overwritten).
+    pub(crate) fn new(
+        plan: &Plan,
+        scratch: &mut Scratch,
+        names: &[String],
+        args: &Bound<'_, PyTuple>,
+    ) -> Result<PackedArgs> {
+        scratch.params.clear();
+        let mut arg_slots = Vec::with_capacity(scratch.values.len());
+        for (index, value) in scratch.values.iter().enumerate() {
+            let start = scratch.params.len();
+            plan.pack_one(index, value, &scratch.dims, names, &mut scratch.params)?;
+            arg_slots.push(start..scratch.params.len());
+        }
+        Ok(PackedArgs {
+            plan: plan.clone(),
+            params: PackedParams::new(scratch.params.slots()),
+            arg_fingerprints: split_fingerprint(&scratch.fingerprint),
+            arg_slots,
+            args: args.iter().map(Bound::unbind).collect(),
+            launch_stream: scratch.launch_stream,
+        })
+    }
+
+    /// The pointer array the driver reads: one per parameter slot.
+    pub(crate) fn pointers(&self) -> *mut *mut std::ffi::c_void {
+        self.params.pointers.as_ptr() as *mut _
+    }
+
+    /// Replaces every argument (same types as packed), repacking them all.
+    pub(crate) fn set_args(
+        &mut self,
+        py: Python<'_>,
+        names: &[String],
+        ordinal: Option<usize>,
+        args: &Bound<'_, PyTuple>,
+    ) -> Result<()> {
+        if args.len() != self.args.len() {
+            return Err(Error::Type(format!(
+                "set_args() takes the {} bound arguments, got {}",
+                self.args.len(),
+                args.len()
+            )));
+        }
+        for (index, arg) in args.iter().enumerate() {
+            self.set_arg(py, names, ordinal, index, &arg)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces argument `index` by `value` of the same type, repacking only its slots.
+    /// With `ordinal`, the array is checked to be reachable from that device.
+    pub(crate) fn set_arg(
+        &mut self,
+        _py: Python<'_>,
+        names: &[String],
+        ordinal: Option<usize>,
+        index: usize,
+        value: &Bound<'_, PyAny>,
+    ) -> Result<()> {
+        let (Some(expected), Some(slots)) = (
+            self.arg_fingerprints.get(index),
+            self.arg_slots.get(index).cloned(),
+        ) else {
+            return Err(Error::Index(format!("argument index {index} out of range")));
+        };
+        let mut scratch = Scratch {
+            launch_stream: self.launch_stream,
+            ..Scratch::default()
+        };
+        let at = Position {
+            index,
+            name: names.get(index).map_or("", String::as_str),
+        };
+        read_arg(value, at, &mut scratch)?;
+        if *scratch.fingerprint != **expected {
+            return Err(at.error(
+                "a bound argument can only be replaced by one of the same type, ndim and layout",
+            ));
+        }
+        if let Some(ordinal) = ordinal {
+            limits::check_devices(driver()?, ordinal, &scratch, names)?;
+        }
+        self.plan.pack_one(
+            index,
+            &scratch.values[0],
+            &scratch.dims,
+            names,
+            &mut scratch.params,
+        )?;
+        self.params.slots[slots].copy_from_slice(scratch.params.slots());
+        self.args[index] = value.clone().unbind();
+        Ok(())
+    }
+}
+
 /// A launch whose arguments are classified and packed once: `kernel[...].bind(*args)`.
 /// Calling it submits again with no classification or packing.
 #[pyclass(module = "fastlaunch._core")]
 pub struct BoundLaunch {
     kernel: Py<Kernel>,
     code: Arc<CompiledCode>,
-    plan: Plan,
     dims: LaunchDims,
+    cluster: Option<[u32; 3]>,
     context: driver::Context,
-    params: PackedParams,
-    /// Each argument's fingerprint bytes and parameter slots, for replacing one in place.
-    arg_fingerprints: Vec<Box<[u8]>>,
-    arg_slots: Vec<std::ops::Range<usize>>,
-    /// The arguments, kept alive while they are bound.
-    args: Vec<Py<PyAny>>,
+    ordinal: usize,
+    packed: PackedArgs,
 }
 
 /// The fingerprint bytes each argument contributed, in order.
@@ -769,22 +975,24 @@ impl Launcher {
                     .into(),
             ));
         };
-        let mut arg_slots = Vec::with_capacity(args.len());
-        for (index, value) in scratch.values.iter().enumerate() {
-            let start = scratch.params.len();
-            plan.pack_one(index, value, &scratch.dims, names, &mut scratch.params)?;
-            arg_slots.push(start..scratch.params.len());
+        limits::check_devices(driver, context.ordinal, &scratch, names)?;
+        if let Some(shape) = self.cluster {
+            limits::prepare_cluster(
+                driver,
+                &code.kernel,
+                context.ordinal,
+                compute_capability,
+                shape,
+            )?;
         }
         Ok(BoundLaunch {
             kernel: self.kernel.clone_ref(py),
             code: code.clone(),
-            plan: plan.clone(),
             dims: self.dims,
+            cluster: self.cluster,
             context: context.context,
-            params: PackedParams::new(scratch.params.slots()),
-            arg_fingerprints: split_fingerprint(&scratch.fingerprint),
-            arg_slots,
-            args: args.iter().map(Bound::unbind).collect(),
+            ordinal: context.ordinal,
+            packed: PackedArgs::new(plan, &mut scratch, names, args)?,
         })
     }
 }
@@ -803,15 +1011,17 @@ impl BoundLaunch {
             .into());
         }
         // SAFETY: the slots were packed by the overload's plan for these arguments, which
-        // this object keeps alive; the pointer array points into them and the driver only
-        // reads through it.
+        // the packed arguments keep alive; the pointer array points into them and the driver
+        // only reads through it.
         unsafe {
             self.code
                 .launch(
                     py,
                     driver,
+                    self.ordinal,
                     &self.dims,
-                    self.params.pointers.as_ptr() as *mut _,
+                    self.cluster,
+                    self.packed.pointers(),
                 )
                 .map_err(PyErr::from)
         }
@@ -820,54 +1030,18 @@ impl BoundLaunch {
     /// Replaces every argument (same types as bound), repacking them all.
     #[pyo3(signature = (*args))]
     fn set_args(&mut self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
-        if args.len() != self.args.len() {
-            return Err(Error::Type(format!(
-                "set_args() takes the {} bound arguments, got {}",
-                self.args.len(),
-                args.len()
-            ))
-            .into());
-        }
-        for (index, arg) in args.iter().enumerate() {
-            self.set_arg(py, index, &arg)?;
-        }
-        Ok(())
+        let kernel = self.kernel.clone_ref(py);
+        let names = kernel.bind(py).get().names();
+        Ok(self.packed.set_args(py, names, Some(self.ordinal), args)?)
     }
 
     /// Replaces argument `index` by `value` of the same type, repacking only its slots.
     fn set_arg(&mut self, py: Python<'_>, index: usize, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let kernel = self.kernel.bind(py).get();
-        let names = kernel.names();
-        let (Some(expected), Some(slots)) = (
-            self.arg_fingerprints.get(index),
-            self.arg_slots.get(index).cloned(),
-        ) else {
-            return Err(Error::Index(format!("argument index {index} out of range")).into());
-        };
-        let mut scratch = Scratch {
-            launch_stream: self.dims.stream,
-            ..Scratch::default()
-        };
-        let at = Position {
-            index,
-            name: names.get(index).map_or("", String::as_str),
-        };
-        read_arg(value, at, &mut scratch)?;
-        if *scratch.fingerprint != **expected {
-            return Err(at
-                .error("a bound argument can only be replaced by one of the same type, ndim and layout")
-                .into());
-        }
-        self.plan.pack_one(
-            index,
-            &scratch.values[0],
-            &scratch.dims,
-            names,
-            &mut scratch.params,
-        )?;
-        self.params.slots[slots].copy_from_slice(scratch.params.slots());
-        self.args[index] = value.clone().unbind();
-        Ok(())
+        let kernel = self.kernel.clone_ref(py);
+        let names = kernel.bind(py).get().names();
+        Ok(self
+            .packed
+            .set_arg(py, names, Some(self.ordinal), index, value)?)
     }
 }
 

@@ -5,7 +5,9 @@ mod classify;
 mod devices;
 mod dlpack;
 mod errors;
+mod graphs;
 mod kernel;
+mod limits;
 mod plan;
 mod scalar;
 mod streams;
@@ -19,6 +21,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::Launcher>()?;
     m.add_class::<kernel::BoundLaunch>()?;
     m.add_class::<kernel::CompiledKernel>()?;
+    m.add_class::<graphs::Graph>()?;
+    m.add_class::<graphs::GraphLaunch>()?;
     m.add_class::<streams::Stream>()?;
     m.add_class::<streams::Event>()?;
     m.add_function(wrap_pyfunction!(streams::set_ordering, m)?)?;
