@@ -10,6 +10,8 @@ __all__ = [
     "BoundLaunch",
     "CompiledKernel",
     "Event",
+    "Graph",
+    "GraphLaunch",
     "Stream",
     "default_stream_policy",
     "ordering_enabled",
