@@ -49,6 +49,9 @@ CASE_ORDER = ["A", "B", "C", "D", "E16", "E256"]
 SUITE_CASES = {"one_arg": "B", "many_args": "D"}  # numba-cuda's suite → floor case
 #: ratio-to-floor targets of BENCHMARKS.md for fastlaunch, per case, at [1, 1]
 TARGETS = {"A": 1.10, "B": 1.20, "C": 1.35, "D": 2.0}
+#: issue 8's targets: a pre-bound launch, and one kernel of a replayed graph, × the C floor
+BOUND_TARGET = 1.05
+GRAPH_TARGET = 0.20
 
 FLOOR_PATHS = {
     "floor": "C floor (Rust cuLaunchKernel, packed once)",
@@ -58,6 +61,8 @@ FLOOR_PATHS = {
 }
 PATH_LABELS = {
     "fastlaunch": "fastlaunch",
+    "fastlaunch.bind": "fastlaunch pre-bound (`bind`)",
+    "fastlaunch.graph": "fastlaunch graph replay, per kernel",
     "numba": "numba-cuda",
     "cuda.core": "cuda.core.launch",
     "cuda.bindings": "cuda.bindings cuLaunchKernel",
@@ -395,6 +400,12 @@ def rows_from(results: dict[str, Any]) -> list[dict[str, Any]]:
     for r in (results.get("python") or {}).get("results", []):
         if r.get("median_us") is None:
             continue
+        # graph replays are timed per replay and reported per kernel
+        per = r.get("kernels") or 1
+        r = {
+            **r,
+            **{k: r[k] / per for k in ("median_us", "p10_us", "p90_us", "min_us") if r.get(k)},
+        }
         rows.append(
             {
                 "origin": "python",
@@ -534,6 +545,31 @@ def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _bound_and_graph_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Pre-bound launches (target ≤ 1.05× floor) and graph replays per kernel (≤ 0.20×)."""
+    extra = [r for r in rows if r["path"] in ("fastlaunch.bind", "fastlaunch.graph")]
+    if not extra:
+        return []
+    lines = [
+        "## Pre-bound launches and graph replays, `[1, 1]`",
+        "",
+        "| case | path | mode | µs median (per kernel for graphs) | p10 | p90 | × C floor "
+        "| target |",
+        "|---|---|---|--:|--:|--:|--:|---|",
+    ]
+    for row in sorted(extra, key=lambda r: (r["path"], CASE_ORDER.index(r["case"]), r["mode"])):
+        floor = _floor_for(rows, row)
+        ratio = row["median_us"] / floor if floor else None
+        goal = BOUND_TARGET if row["path"] == "fastlaunch.bind" else GRAPH_TARGET
+        verdict = "" if ratio is None else ("✓" if ratio <= goal else "✗")
+        lines.append(
+            f"| {row['case']} | {row['label']} | {row['mode']} | {_fmt_us(row['median_us'])} "
+            f"| {_fmt_us(row['p10_us'])} | {_fmt_us(row['p90_us'])} | {_fmt_ratio(ratio)} "
+            f"| ≤ {goal:.2f}× {verdict} |"
+        )
+    return [*lines, ""]
+
+
 def render_markdown(results: dict[str, Any], png_name: str | None) -> str:
     env = results.get("environment", {})
     floor = results.get("floor") or {}
@@ -595,7 +631,13 @@ def render_markdown(results: dict[str, Any], png_name: str | None) -> str:
     if notes:
         out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
 
-    case_rows = [r for r in rows if r["case"] in CASE_ORDER and r["grid"] in (0, 1)]
+    case_rows = [
+        r
+        for r in rows
+        if r["case"] in CASE_ORDER
+        and r["grid"] in (0, 1)
+        and r["path"] not in ("fastlaunch.bind", "fastlaunch.graph")
+    ]
     case_rows.sort(key=lambda r: (CASE_ORDER.index(r["case"]), _sort_key(r)))
     out += ["## Cases A–F, `[1, 1]`", ""]
     out += _table(case_rows, rows) if case_rows else ["No results."]
@@ -616,6 +658,8 @@ def render_markdown(results: dict[str, Any], png_name: str | None) -> str:
     out += ["## numba-cuda's own `test_kernel_launch` cases, `[128, 128]`", ""]
     out += _table(suite, rows + suite_floor) if suite else ["No results."]
     out += [""]
+
+    out += _bound_and_graph_section(rows)
 
     verdicts = _verdicts(rows)
     if len(verdicts) > 2:

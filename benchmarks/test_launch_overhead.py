@@ -303,3 +303,62 @@ def test_one_arg(benchmark, sync, make_arrays, impl, jit, array_func):
 @pytest.mark.parametrize(("impl", "jit", "array_func"), SUITE_MATRIX)
 def test_many_args(benchmark, sync, make_arrays, impl, jit, array_func):
     _suite(benchmark, sync, make_arrays, "many_args", 26, impl, jit, array_func)
+
+
+# ------------------------------------------------- pre-bound launches and CUDA graphs
+
+BOUND_CASES = ["A", "B", "C", "D"]
+
+
+@pytest.mark.fastlaunch
+@pytest.mark.parametrize("case_id", BOUND_CASES)
+def test_bound(benchmark, sync, make_arrays, case_id):
+    """``kernel[1, 1].bind(*args)``: packed once, each call only submits."""
+    case = CASES[case_id]
+    kernel = jitted("fastlaunch", f"empty_{case_id.lower()}", None)
+    source = "numba" if case.n_arrays else "none"
+    arrays = make_arrays(source, case.n_arrays, case.shape)
+    bound = kernel[1, 1].bind(*arrays, *case.scalars())
+    run_benchmark(
+        benchmark,
+        bound,
+        (),
+        sync,
+        case=case_id,
+        path="fastlaunch.bind",
+        source=source,
+        mode="bound",
+        grid=1,
+        block=1,
+    )
+
+
+@pytest.mark.fastlaunch
+@pytest.mark.parametrize("kernels", [1, 8, 64])
+def test_graph_replay(benchmark, sync, kernels):
+    """``g.replay()`` of a graph of ``kernels`` case-A launches; reported per kernel."""
+    import fastlaunch
+
+    kernel = jitted("fastlaunch", "empty_a", None)
+    launcher = kernel[1, 1]
+    launcher()  # compiled and loaded before capture
+    sync()
+    graph = fastlaunch.graph()
+    with graph:
+        for _ in range(kernels):
+            launcher()
+    assert len(graph.launches) == kernels
+    replay = graph.replay
+    run_benchmark(
+        benchmark,
+        replay,
+        (),
+        sync,
+        case="A",
+        path="fastlaunch.graph",
+        source="none",
+        mode=f"graph of {kernels}",
+        kernels=kernels,
+        grid=1,
+        block=1,
+    )
