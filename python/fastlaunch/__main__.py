@@ -220,9 +220,9 @@ def _why_unavailable(reason: str) -> list[str]:
         hints.append("the driver loaded but sees no GPU: check nvidia-smi")
         if visible is not None:
             hints.append(f"CUDA_VISIBLE_DEVICES={visible!r} limits which GPUs are visible")
-    elif "fork" in reason:
-        hints.append("CUDA cannot be used in a process forked after it was initialised:")
-        hints.append("use multiprocessing's 'spawn' or 'forkserver' start method")
+    elif " lacks " in reason:
+        hints.append("the driver library lacks an entry point fastlaunch needs: a newer")
+        hints.append("NVIDIA driver is needed (or FASTLAUNCH_CUDA_DRIVER names the wrong one)")
     nodes = glob.glob("/dev/nvidia[0-9]*")
     hints.append(f"device nodes: {', '.join(sorted(nodes)) if nodes else 'none (/dev/nvidia*)'}")
     return hints
