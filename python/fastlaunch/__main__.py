@@ -128,13 +128,13 @@ def _extension_build() -> str:
 def _driver_library() -> str:
     """The libcuda this process loaded (from /proc/self/maps), or what was asked for."""
     configured = os.environ.get("FASTLAUNCH_CUDA_DRIVER")
-    loaded = sorted(
-        {
-            line.split(None, 5)[5].strip()
-            for line in _read_lines("/proc/self/maps")
-            if "libcuda.so" in line and len(line.split(None, 5)) == 6
-        }
-    )
+    wanted = os.path.realpath(configured) if configured else None
+    mapped = {
+        fields[5].strip()
+        for fields in (line.split(None, 5) for line in _read_lines("/proc/self/maps"))
+        if len(fields) == 6
+    }
+    loaded = sorted(p for p in mapped if "libcuda.so" in p or p == wanted)
     if loaded:
         found = ", ".join(loaded)
     else:
