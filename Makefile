@@ -15,7 +15,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
 DEPS := 'maturin>=1.9,<2' 'numba-cuda[cu13]==0.30.4' 'numpy>=2.0,<2.5' \
         pytest pytest-benchmark hypothesis ruff mypy
-PY_DIRS := python tests benchmarks
+PY_DIRS := python tests benchmarks examples
 STUBTEST_ALLOWLIST := $(wildcard python/stubtest-allowlist.txt)
 
 # pyo3 builds against the venv's interpreter; the `cargo test` binary of rust/ext links

@@ -67,3 +67,15 @@ int cuMemcpyHtoDAsync_v2(void) { return OK; }
 int cuMemcpyDtoHAsync_v2(void) { return OK; }
 int cuMemsetD8_v2(void) { return OK; }
 int cuPointerGetAttribute(int *value) { *value = 0; return OK; }
+int cuDeviceCanAccessPeer(int *can) { *can = 0; return OK; }
+int cuCtxEnablePeerAccess(void) { return OK; }
+int cuOccupancyMaxActiveClusters(int *clusters) { *clusters = 1; return OK; }
+int cuStreamBeginCapture_v2(void) { return OK; }
+int cuStreamEndCapture(void *stream, void **graph) { (void)stream; *graph = &library_token; return OK; }
+int cuGraphInstantiateWithFlags(void **exec) { *exec = &library_token; return OK; }
+int cuGraphLaunch(void) { return OK; }
+int cuGraphExecDestroy(void) { return OK; }
+int cuGraphDestroy(void) { return OK; }
+int cuGraphGetNodes(void *graph, void **nodes, size_t *count) { (void)graph; (void)nodes; *count = 0; return OK; }
+int cuGraphKernelNodeGetParams_v2(void *node, void *params) { (void)node; memset(params, 0, 72); return OK; }
+int cuGraphExecKernelNodeSetParams_v2(void) { return OK; }
