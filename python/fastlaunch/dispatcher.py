@@ -10,13 +10,18 @@ enter Python.
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 from fastlaunch import _core
 from fastlaunch.errors import KernelArgumentError
+
+#: compiles, loads and launches through numba-cuda's path (never on the fast path)
+_log = logging.getLogger("fastlaunch")
 
 
 def _numba():
@@ -109,7 +114,10 @@ class Kernel(_core.Kernel):
 
     def __init__(self, dispatcher: Any) -> None:
         self._dispatcher = dispatcher
-        self._compiled: dict[int, tuple[Any, _core.CompiledKernel | Callable[..., None]]] = {}
+        self._compiled: dict[
+            tuple[int, int], tuple[Any, _core.CompiledKernel | Callable[..., None]]
+        ] = {}
+        self._numba_path_logged = False
         self._compile_lock = threading.RLock()
         self.__wrapped__ = dispatcher.py_func
         self.__name__ = getattr(dispatcher.py_func, "__name__", "kernel")
@@ -182,6 +190,14 @@ class Kernel(_core.Kernel):
                 target = self._target(kernel, compute_capability)
             except UnpackedParameter:
                 plan, target = None, self._numba_target(kernel)
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug(
+                "%s(%s) on compute capability %d: %s",
+                self.__qualname__,
+                ", ".join(map(str, argtypes)),
+                compute_capability,
+                "packed by fastlaunch" if plan is not None else "launched by numba-cuda",
+            )
         self._register(fingerprint, compute_capability, plan, target)
 
     def _launch_with_numba(
@@ -193,6 +209,13 @@ class Kernel(_core.Kernel):
         contiguous copy that is written back after the launch."""
         np = _numba()[0]
         self.numba_launches += 1
+        if not self._numba_path_logged:
+            self._numba_path_logged = True
+            _log.info(
+                "%s launches through numba-cuda's own path (arguments: %s)",
+                self.__qualname__,
+                ", ".join(type(a).__name__ for a in args),
+            )
         prepared = []
         write_back = []
         for arg in args:
@@ -232,7 +255,15 @@ class Kernel(_core.Kernel):
         if exact is not None:
             return exact
         if dispatcher._can_compile:
-            return dispatcher.compile(argtypes)
+            started = time.perf_counter()
+            kernel = dispatcher.compile(argtypes)
+            _log.debug(
+                "compiled %s(%s) in %.0f ms",
+                self.__qualname__,
+                ", ".join(map(str, argtypes)),
+                (time.perf_counter() - started) * 1e3,
+            )
+            return kernel
         signature = dispatcher.typingctx.resolve_overload(
             dispatcher.py_func, dispatcher.nopython_signatures, argtypes, {}, allow_ambiguous=False
         )
@@ -245,7 +276,7 @@ class Kernel(_core.Kernel):
     def _target(self, kernel: Any, compute_capability: int) -> Any:
         """What Rust launches for a numba ``_Kernel``: its linked cubin, loaded once; or,
         for kernels that need numba-cuda's own launch (debug error readback), a callable."""
-        key = id(kernel)
+        key = (id(kernel), compute_capability)
         known = self._compiled.get(key)
         if known is not None and known[0] is kernel:
             return known[1]
@@ -258,6 +289,17 @@ class Kernel(_core.Kernel):
             cubin = kernel._codelibrary.get_cubin(cc=cc)
             target = _core.CompiledKernel(
                 bytes(cubin.code), kernel.entry_name, cooperative=bool(kernel.cooperative)
+            )
+            carveout = getattr(self._dispatcher, "shared_memory_carveout", None)
+            if carveout is not None:  # numba-cuda sets it on its own loaded function
+                for ordinal in range(_core.device_count()):
+                    if _core.compute_capability(ordinal) == (major, minor):
+                        target.set_attribute("preferred_shared_memory_carveout", carveout, ordinal)
+            _log.debug(
+                "loaded %s (%d bytes of cubin for sm_%d)",
+                kernel.entry_name,
+                len(cubin.code),
+                compute_capability,
             )
         self._compiled[key] = (kernel, target)
         return target

@@ -83,27 +83,22 @@ impl CompiledKernel {
     /// `preferred_shared_memory_carveout`.
     #[pyo3(signature = (name, device = 0))]
     fn attribute(&self, name: &str, device: usize) -> PyResult<i32> {
-        let attribute = match name {
-            "max_threads_per_block" => KernelAttribute::MaxThreadsPerBlock,
-            "shared_size_bytes" => KernelAttribute::SharedSizeBytes,
-            "const_size_bytes" => KernelAttribute::ConstSizeBytes,
-            "local_size_bytes" => KernelAttribute::LocalSizeBytes,
-            "num_regs" => KernelAttribute::NumRegs,
-            "ptx_version" => KernelAttribute::PtxVersion,
-            "binary_version" => KernelAttribute::BinaryVersion,
-            "max_dynamic_shared_size_bytes" => KernelAttribute::MaxDynamicSharedSizeBytes,
-            "preferred_shared_memory_carveout" => KernelAttribute::PreferredSharedMemoryCarveout,
-            _ => {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                    "unknown kernel attribute {name:?}"
-                )))
-            }
-        };
         let driver = driver()?;
         Ok(self
             .code
             .kernel
-            .attribute(driver, attribute, device)
+            .attribute(driver, kernel_attribute(name)?, device)
+            .map_err(Error::from)?)
+    }
+
+    /// Sets a `CUfunction_attribute` (named as for `attribute`) for device `device`.
+    #[pyo3(signature = (name, value, device = 0))]
+    fn set_attribute(&self, name: &str, value: i32, device: usize) -> PyResult<()> {
+        let driver = driver()?;
+        Ok(self
+            .code
+            .kernel
+            .set_attribute(driver, kernel_attribute(name)?, value, device)
             .map_err(Error::from)?)
     }
 
@@ -121,6 +116,25 @@ impl CompiledKernel {
             .max_active_blocks_per_multiprocessor(driver, block_size, dynamic_shared_bytes)
             .map_err(Error::from)?)
     }
+}
+
+fn kernel_attribute(name: &str) -> PyResult<KernelAttribute> {
+    Ok(match name {
+        "max_threads_per_block" => KernelAttribute::MaxThreadsPerBlock,
+        "shared_size_bytes" => KernelAttribute::SharedSizeBytes,
+        "const_size_bytes" => KernelAttribute::ConstSizeBytes,
+        "local_size_bytes" => KernelAttribute::LocalSizeBytes,
+        "num_regs" => KernelAttribute::NumRegs,
+        "ptx_version" => KernelAttribute::PtxVersion,
+        "binary_version" => KernelAttribute::BinaryVersion,
+        "max_dynamic_shared_size_bytes" => KernelAttribute::MaxDynamicSharedSizeBytes,
+        "preferred_shared_memory_carveout" => KernelAttribute::PreferredSharedMemoryCarveout,
+        _ => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "unknown kernel attribute {name:?}"
+            )))
+        }
+    })
 }
 
 /// What an overload launches: a loaded image, or (for kernels needing numba's own
