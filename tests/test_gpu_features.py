@@ -45,7 +45,8 @@ def _only_overload(kernel):
 
 def _loaded(kernel, overload):
     """The function fastlaunch loaded for a numba overload (a ``_core.CompiledKernel``)."""
-    known = kernel._compiled.get(id(overload))
+    major, minor = fl.gpus[0].compute_capability
+    known = kernel._compiled.get((id(overload), major * 10 + minor))
     assert known is not None and known[0] is overload, "fastlaunch has not loaded this overload"
     return known[1]
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 from numba import cuda
-from numba.cuda import cgutils, types
+from numba.cuda import types
 from numba.cuda.extending import intrinsic
 
 import fastlaunch as fl
@@ -169,10 +169,7 @@ def cluster_rank(typingctx):
 
     def codegen(context, builder, sig, args):
         fnty = ir.FunctionType(ir.IntType(32), [])
-        fn = cgutils.get_or_insert_function(
-            builder.module, fnty, "llvm.nvvm.read.ptx.sreg.cluster.ctarank"
-        )
-        return builder.call(fn, [])
+        return builder.asm(fnty, "mov.u32 $0, %cluster_ctarank;", "=r", [], False)
 
     return types.int32(), codegen
 
@@ -183,10 +180,7 @@ def cluster_size(typingctx):
 
     def codegen(context, builder, sig, args):
         fnty = ir.FunctionType(ir.IntType(32), [])
-        fn = cgutils.get_or_insert_function(
-            builder.module, fnty, "llvm.nvvm.read.ptx.sreg.cluster.nctarank"
-        )
-        return builder.call(fn, [])
+        return builder.asm(fnty, "mov.u32 $0, %cluster_nctarank;", "=r", [], False)
 
     return types.int32(), codegen
 

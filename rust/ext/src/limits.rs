@@ -93,13 +93,20 @@ impl SharedMemoryOptIn {
     }
 }
 
+/// `(x, y, z)`, as Python shows dimensions.
+fn shown(dims: [u32; 3]) -> String {
+    format!("({}, {}, {})", dims[0], dims[1], dims[2])
+}
+
 /// Checks a cluster shape against the grid (each grid dimension a multiple of the cluster's).
 pub fn check_cluster(grid: [u32; 3], cluster: [u32; 3]) -> Result<()> {
     for (axis, (g, c)) in ["x", "y", "z"].iter().zip(grid.iter().zip(cluster)) {
         if g % c != 0 {
             return Err(Error::LaunchConfiguration(format!(
-                "griddim {grid:?} is not a multiple of cluster {cluster:?} in {axis}: a grid is \
-                 made of whole clusters"
+                "griddim {} is not a multiple of cluster {} in {axis}: a grid is made of whole \
+                 clusters",
+                shown(grid),
+                shown(cluster)
             )));
         }
     }
@@ -129,8 +136,9 @@ pub fn prepare_cluster(
     let blocks: u32 = cluster.iter().product();
     if blocks > MAX_CLUSTER_BLOCKS {
         return Err(Error::LaunchConfiguration(format!(
-            "cluster {cluster:?} has {blocks} blocks; at most {MAX_CLUSTER_BLOCKS} blocks make a \
-             cluster ({PORTABLE_CLUSTER_BLOCKS} portably)"
+            "cluster {} has {blocks} blocks; at most {MAX_CLUSTER_BLOCKS} blocks make a \
+             cluster ({PORTABLE_CLUSTER_BLOCKS} portably)",
+            shown(cluster)
         )));
     }
     if blocks > PORTABLE_CLUSTER_BLOCKS {
@@ -177,9 +185,9 @@ fn find_broken_limit(
     let device_threads = device("MAX_THREADS_PER_BLOCK")?;
     if threads > device_threads {
         return Ok(Some(format!(
-            "blockdim {:?} is {threads} threads per block; device {ordinal} runs at most \
+            "blockdim {} is {threads} threads per block; device {ordinal} runs at most \
              {device_threads} (MAX_THREADS_PER_BLOCK)",
-            dims.block
+            shown(dims.block)
         )));
     }
     let limits = [
@@ -191,9 +199,9 @@ fn find_broken_limit(
         let limit = device(limit_name)?;
         if value > limit {
             return Ok(Some(format!(
-                "blockdim {:?} has {value} threads in {axis}; device {ordinal} allows at most \
+                "blockdim {} has {value} threads in {axis}; device {ordinal} allows at most \
                  {limit} ({limit_name})",
-                dims.block
+                shown(dims.block)
             )));
         }
     }
@@ -207,9 +215,9 @@ fn find_broken_limit(
         let limit = device(limit_name)?;
         if value > limit {
             return Ok(Some(format!(
-                "griddim {:?} has {value} blocks in {axis}; device {ordinal} allows at most \
+                "griddim {} has {value} blocks in {axis}; device {ordinal} allows at most \
                  {limit} ({limit_name})",
-                dims.grid
+                shown(dims.grid)
             )));
         }
     }
@@ -217,10 +225,10 @@ fn find_broken_limit(
     let registers = of_kernel(KernelAttribute::NumRegs)?;
     if threads > kernel_threads {
         return Ok(Some(format!(
-            "blockdim {:?} is {threads} threads per block; this kernel runs at most \
+            "blockdim {} is {threads} threads per block; this kernel runs at most \
              {kernel_threads} (its max_threads_per_block: {registers} registers per thread, \
              or its launch bounds)",
-            dims.block
+            shown(dims.block)
         )));
     }
     let register_file = device("MAX_REGISTERS_PER_BLOCK")?;
@@ -255,10 +263,12 @@ fn find_broken_limit(
         let blocks = gx * gy * gz;
         if blocks > most {
             return Ok(Some(format!(
-                "a cooperative launch of griddim {:?} has {blocks} blocks, more than can be \
+                "a cooperative launch of griddim {} has {blocks} blocks, more than can be \
                  resident at once on device {ordinal}: max_cooperative_grid_blocks is {most} for \
-                 blockdim {:?} and sharedmem={}",
-                dims.grid, dims.block, dims.shared_mem_bytes
+                 blockdim {} and sharedmem={}",
+                shown(dims.grid),
+                shown(dims.block),
+                dims.shared_mem_bytes
             )));
         }
     }
