@@ -11,6 +11,8 @@
 #   stages     python3 benchmarks/stages.py (per-stage launch cost)
 #   conformance python3 conformance/run.py --out $OUT (numba-cuda's own tests, both ways)
 #   rustbench  .gpu/bin/*-bench --bench (criterion; not part of `all`)
+#   threads    aggregate launches/s from 1-8 threads: the Rust floor, then fastlaunch and
+#              numba-cuda (benchmarks/threads.py); not part of `all`
 #   all        rust tests stages conformance bench
 # The wheel install, versions and devices always come first.
 #
@@ -118,6 +120,15 @@ stages() {
   python3 benchmarks/stages.py
 }
 
+thread_scaling() {
+  local bins=(.gpu/bin/launch-bench*) rc=0
+  if ((${#bins[@]})); then
+    "${bins[0]}" --bench --batches 50 --cases B --threads | grep '"threads"' || rc=1
+  fi
+  python3 benchmarks/threads.py || rc=1
+  return $rc
+}
+
 conformance() {
   python3 conformance/run.py --out "$OUT" --jobs 6 --budget "${CONFORMANCE_BUDGET:-300}"
 }
@@ -127,9 +138,9 @@ main() {
   for arg in "${@:-all}"; do
     case $arg in
       all) parts+=(rust tests stages conformance bench) ;;
-      rust | tests | bench | rustbench | stages | conformance) parts+=("$arg") ;;
+      rust | tests | bench | rustbench | stages | conformance | threads) parts+=("$arg") ;;
       *)
-        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, all)"
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, threads, all)"
         return 2
         ;;
     esac
@@ -144,6 +155,7 @@ main() {
       rustbench) name="criterion benches" fn=rust_bench ;;
       stages) name="benchmarks/stages.py (per-stage launch cost)" fn=stages ;;
       conformance) name="conformance/run.py (numba-cuda's own tests)" fn=conformance ;;
+      threads) name="thread scaling (Rust floor, fastlaunch, numba-cuda)" fn=thread_scaling ;;
     esac
     section "$name"
     t0=$SECONDS

@@ -396,10 +396,12 @@ struct Options {
     criterion: bool,
     /// Print this case's PTX (fake data pointers, sm_90) and exit: needs no GPU.
     print_ptx: Option<String>,
+    /// Also measure aggregate launches per second from 1, 2, 4 and 8 threads.
+    threads: bool,
 }
 
 const USAGE: &str = "usage: launch-bench [--bench] [--batches N] [--cases A,B,C,D,E16,E256] \
-                     [--criterion] [--print-ptx CASE]";
+                     [--criterion] [--threads] [--print-ptx CASE]";
 
 fn parse_args() -> std::result::Result<Options, String> {
     let mut options = Options {
@@ -408,12 +410,14 @@ fn parse_args() -> std::result::Result<Options, String> {
         cases: None,
         criterion: false,
         print_ptx: None,
+        threads: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--bench" => options.bench = true,
             "--criterion" => options.criterion = true,
+            "--threads" => options.threads = true,
             "--print-ptx" => {
                 options.print_ptx = Some(args.next().ok_or("--print-ptx needs a case")?);
             }
@@ -566,8 +570,81 @@ fn run(driver: &'static Driver, options: &Options) -> Result<()> {
     if options.criterion {
         run_criterion(driver, &selected, &target)?;
     }
+    if options.threads {
+        if let Some(case) = all_cases.iter().find(|case| case.id == "B") {
+            run_threads(driver, case, &target)?;
+        }
+    }
     Ok(())
 }
+
+/// Aggregate `cuLaunchKernel` rate from 1, 2, 4 and 8 threads, each on its own non-blocking
+/// stream in the primary context, launching for one second: what the driver itself allows
+/// when no interpreter lock is involved (compare `benchmarks/threads.py`).
+fn run_threads(driver: &'static Driver, case: &Case, target: &str) -> Result<()> {
+    let loaded = load(driver, case, target)?;
+    let function = FunctionHandle(loaded.function);
+    let plan = case.params.as_slice();
+    let mut rates = Vec::new();
+    for threads in [1usize, 2, 4, 8] {
+        let start_line = std::sync::Barrier::new(threads + 1);
+        let counts = std::thread::scope(|scope| -> Result<Vec<u64>> {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    let start_line = &start_line;
+                    scope.spawn(move || -> Result<u64> {
+                        let function = function;
+                        driver.select_device(0)?;
+                        let stream = Stream::create(driver, true)?;
+                        let mut packed = Prepacked::new(plan);
+                        let params = packed.as_params();
+                        let dims = LaunchDims {
+                            stream: stream.handle(),
+                            ..dims(1)
+                        };
+                        start_line.wait();
+                        let deadline = Instant::now() + Duration::from_secs(1);
+                        let mut done = 0u64;
+                        while Instant::now() < deadline {
+                            for _ in 0..64 {
+                                // SAFETY: as in `measure`: one packed slot per parameter.
+                                unsafe { driver.launch(function.0, &dims, params) }?;
+                            }
+                            done += 64;
+                        }
+                        stream.synchronize()?;
+                        Ok(done)
+                    })
+                })
+                .collect();
+            start_line.wait();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("a launch thread panicked"))
+                .collect()
+        })?;
+        let rate = counts.iter().sum::<u64>() as f64 / 1e3; // launches per ms = k/s
+        rates.push(rate);
+        println!(
+            "{{\"kind\":\"threads\",\"case\":\"{}\",\"threads\":{threads},\"k_launches_per_s\":{rate:.1}}}",
+            case.id
+        );
+        eprintln!(
+            "launch bench: {threads} threads on their own streams: {rate:.1} k launches/s \
+             ({:.2}x one thread)",
+            rate / rates[0]
+        );
+    }
+    Ok(())
+}
+
+/// A function handle sent to the launch threads.
+#[derive(Clone, Copy)]
+struct FunctionHandle(CUfunction);
+
+// SAFETY: a CUfunction of a module in the primary context may be launched from any thread
+// that has that context current.
+unsafe impl Send for FunctionHandle {}
 
 /// Criterion groups for the floor and the packer on `[1]x[1]`, timed with the same batching
 /// (`iter_custom`: launches in batches of at most `BATCH`, synchronized untimed between).
