@@ -109,3 +109,52 @@ def test_kernels_with_extensions_run_prepare_args():
     store[1, 1](out, 21)
     assert out.copy_to_host()[0] == 42
     assert Doubler.calls == 2
+
+
+def test_tuples_enums_and_datetimes_take_the_fast_path():
+    class Level(enum.IntEnum):
+        LOW = 2
+        HIGH = 9
+
+    class Scale(enum.Enum):
+        SMALL = 0.5
+        LARGE = 4.0
+
+    Pair = namedtuple("Pair", ["x", "y"])
+
+    @fl.jit
+    def combine(out, arrays, pair, nested, level, scale, when, span):
+        a, b = arrays
+        i = cuda.grid(1)
+        if i < out.size - 1:
+            out[i] = a[i] * pair.x + b[i] * pair.y + nested[0] + nested[1][1]
+        if i == 0:
+            later = when + span  # datetime64[h]
+            out[out.size - 1] = level.value + scale.value + (later - when) / span
+
+    n = 64
+    a = cuda.to_device(np.arange(n, dtype=np.float64))
+    b = cuda.to_device(np.ones(n, dtype=np.float64))
+    out = cuda.device_array(n + 1, np.float64)
+    args = (
+        (a, b),
+        Pair(2.0, 3),
+        (1, (7.5, 10.0)),
+        Level.HIGH,
+        Scale.LARGE,
+        np.datetime64(5, "D"),
+        np.timedelta64(3, "h"),
+    )
+    combine[1, 64](out, *args)
+    fl.synchronize()
+    expected = np.arange(n) * 2.0 + 3 + 1 + 10.0
+    result = out.copy_to_host()
+    np.testing.assert_array_equal(result[:n], expected)
+    assert result[n] == 9 + 4.0 + 1
+    assert combine.numba_launches == 0
+    misses = combine.miss_count
+    combine[1, 64](out, (b, a), Pair(1.0, 1), (0, (0.0, 0.0)), Level.LOW, Scale.SMALL, *args[5:])
+    fl.synchronize()
+    assert combine.miss_count == misses  # same types: no new compile
+    np.testing.assert_array_equal(out.copy_to_host()[:n], np.arange(n) + 1)
+    assert combine.numba_launches == 0

@@ -37,11 +37,25 @@ def _numba():
 def numba_type(descriptor: tuple) -> Any:
     """The numba type of a fingerprint descriptor (see ``_core.describe``)."""
     np, _, types, numpy_support = _numba()
-    if descriptor[0] == "array":
+    kind = descriptor[0]
+    if kind == "array":
         _, dtype, ndim, layout, readonly = descriptor
         return types.Array(
             numpy_support.from_dtype(np.dtype(dtype)), ndim, layout, readonly=readonly
         )
+    if kind == "tuple":
+        return types.BaseTuple.from_types([numba_type(m) for m in descriptor[1]])
+    if kind == "namedtuple":
+        _, cls, members = descriptor
+        return types.BaseTuple.from_types([numba_type(m) for m in members], cls)
+    if kind == "enum":
+        from numba.cuda.typing.typeof import typeof
+
+        return typeof(next(iter(descriptor[1])))
+    if kind == "datetime":
+        return types.NPDatetime(descriptor[1])
+    if kind == "timedelta":
+        return types.NPTimedelta(descriptor[1])
     return getattr(types, descriptor[1])
 
 
@@ -50,14 +64,30 @@ class UnpackedParameter(TypeError):
 
 
 def plan_entry(numba_param_type: Any, position: int, name: str) -> str:
-    """How Rust packs an argument for a parameter of this numba type."""
+    """How Rust packs an argument for a parameter of this numba type (one parameter)."""
+    (entry,) = plan_entries(numba_param_type, position, name) or [None]
+    if entry is None:
+        raise UnpackedParameter(f"argument {position} ({name}): an empty tuple")
+    return entry
+
+
+def plan_entries(numba_param_type: Any, position: int, name: str) -> list[str]:
+    """How Rust packs an argument for a parameter of this numba type: one entry per
+    kernel parameter it becomes (tuples flatten into their members, as numba passes them;
+    enum members pass their value, datetimes their int64 count)."""
     _, _, types, _ = _numba()
     if isinstance(numba_param_type, types.Array):
-        return f"array:{numba_param_type.ndim}"
+        return [f"array:{numba_param_type.ndim}"]
     if isinstance(numba_param_type, types.Boolean):
-        return "boolean"
+        return ["boolean"]
     if isinstance(numba_param_type, (types.Integer, types.Float, types.Complex)):
-        return numba_param_type.name
+        return [numba_param_type.name]
+    if isinstance(numba_param_type, (types.NPDatetime, types.NPTimedelta)):
+        return ["int64"]
+    if isinstance(numba_param_type, types.EnumMember):
+        return plan_entries(numba_param_type.dtype, position, name)
+    if isinstance(numba_param_type, types.BaseTuple):
+        return [e for member in numba_param_type for e in plan_entries(member, position, name)]
     raise UnpackedParameter(
         f"argument {position} ({name}): fastlaunch does not pack parameters of type "
         f"{numba_param_type}"
@@ -69,9 +99,16 @@ def _check_argument(expected: Any, given: Any, position: int, name: str) -> None
     silently with wrong data): arrays must match dtype, ndim and layout ('A' takes any
     layout), and a read-only array cannot go to a writable parameter."""
     _, _, types, _ = _numba()
+    expected_tuple = isinstance(expected, types.BaseTuple)
+    if expected_tuple and isinstance(given, types.BaseTuple) and len(expected) == len(given):
+        for expected_member, given_member in zip(expected, given, strict=True):
+            _check_argument(expected_member, given_member, position, name)
+        return
     expected_array = isinstance(expected, types.Array)
     given_array = isinstance(given, types.Array)
-    if expected_array != given_array:
+    if expected_tuple or isinstance(given, types.BaseTuple):
+        mismatch = True
+    elif expected_array != given_array:
         mismatch = True
     elif expected_array:
         mismatch = (
@@ -185,7 +222,9 @@ class Kernel(_core.Kernel):
                 _check_argument(expected, given, i, self._name(i))
             try:
                 plan: list[str] | None = [
-                    plan_entry(t, i, self._name(i)) for i, t in enumerate(params)
+                    entry
+                    for i, t in enumerate(params)
+                    for entry in plan_entries(t, i, self._name(i))
                 ]
                 target = self._target(kernel, compute_capability)
             except UnpackedParameter:
@@ -204,7 +243,7 @@ class Kernel(_core.Kernel):
         self, args: tuple, griddim: tuple, blockdim: tuple, stream: Any, sharedmem: int
     ) -> None:
         """numba-cuda's own launch, for arguments fastlaunch does not pack (host arrays,
-        ``cuda.In``/``Out``/``InOut``, records, tuples, enums, datetimes) and kernels with
+        ``cuda.In``/``Out``/``InOut``, records, datetime arrays, tuples holding those) and kernels with
         ``extensions``. Non-contiguous host arrays (which numba-cuda refuses) go through a
         contiguous copy that is written back after the launch."""
         np = _numba()[0]

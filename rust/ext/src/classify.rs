@@ -9,7 +9,14 @@
 //!
 //! Fingerprint encoding, per argument:
 //! - scalar: one byte, the [`Scalar`] code;
-//! - array: `ARRAY_TAG`, element [`Scalar`] code, ndim, flags (layout | readonly).
+//! - array: `ARRAY_TAG`, element [`Scalar`] code, ndim, flags (layout | readonly);
+//! - tuple: `TUPLE_TAG`, member count, then each member's encoding;
+//! - named tuple: `NAMED_TUPLE_TAG`, class id (2 bytes, little-endian), count, members;
+//! - enum member: `ENUM_TAG`, class id (2 bytes);
+//! - `datetime64` / `timedelta64` scalar: `DATETIME_TAG`, kind (0 / 1), unit index.
+//!
+//! Tuples are flattened: each member pushes its own value, as numba passes them.
+//! Class ids index a process-wide list of classes (enums, named tuples), filled on misses.
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
@@ -27,6 +34,14 @@ use crate::scalar::{Scalar, Value};
 use fastlaunch_driver as driver;
 
 pub const ARRAY_TAG: u8 = 0x80;
+pub const TUPLE_TAG: u8 = 0x81;
+pub const NAMED_TUPLE_TAG: u8 = 0x82;
+pub const ENUM_TAG: u8 = 0x83;
+pub const DATETIME_TAG: u8 = 0x84;
+/// NumPy's datetime units, by their index in a fingerprint ("" is the generic unit).
+pub const DATETIME_UNITS: [&str; 14] = [
+    "", "Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as",
+];
 pub const LAYOUT_C: u8 = 0;
 pub const LAYOUT_F: u8 = 1;
 pub const LAYOUT_A: u8 = 2;
@@ -76,6 +91,10 @@ pub struct Scratch {
     /// Arrays whose pointers the launch asks the driver about (generic CUDA Array
     /// Interface objects, whose pointer may be anything).
     pub unverified_pointers: Vec<ValueAt>,
+    /// A tuple among the arguments: values no longer map one-to-one to arguments.
+    pub has_tuple: bool,
+    /// How many tuples the member being read is inside.
+    pub tuple_depth: usize,
 }
 
 impl Scratch {
@@ -91,6 +110,8 @@ impl Scratch {
         self.needs_numba = false;
         self.claimed_devices.clear();
         self.unverified_pointers.clear();
+        self.has_tuple = false;
+        self.tuple_depth = 0;
     }
 }
 
@@ -114,7 +135,7 @@ impl ValueAt {
 #[derive(Clone, Copy)]
 enum Strategy {
     /// Kinds numba-cuda launches and fastlaunch does not pack: host arrays, `cuda.In` /
-    /// `Out` / `InOut`, records, tuples, enums, datetimes, device records.
+    /// `Out` / `InOut`, records, datetime arrays, device records, enums of other values.
     Numba,
     NumpyScalar(Scalar),
     NumbaDeviceArray,
@@ -122,6 +143,39 @@ enum Strategy {
     Exchange(ExchangeApi),
     CudaArrayInterface,
     DLPack,
+    /// Tuples and named tuples (class id for named ones): members read one by one.
+    Tuple(Option<u16>),
+    /// `Enum` / `IntEnum` members of the class with this id: their `value` is passed.
+    Enum(u16),
+    /// NumPy `datetime64` / `timedelta64` scalars: passed as int64.
+    Datetime,
+}
+
+/// Tuples deeper than this go to numba-cuda's path (and no recursion runs away).
+const MAX_TUPLE_DEPTH: usize = 8;
+
+/// Classes whose identity is part of a numba type (enums, named tuples), by id.
+static CLASSES: std::sync::Mutex<Vec<Py<PyAny>>> = std::sync::Mutex::new(Vec::new());
+
+/// The id of `class` in [`CLASSES`], adding it on first sight (`None` past 65 536 classes).
+#[cold]
+fn class_id(class: &Bound<'_, PyAny>) -> Option<u16> {
+    let mut classes = CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(id) = classes.iter().position(|c| c.as_ptr() == class.as_ptr()) {
+        return u16::try_from(id).ok();
+    }
+    let id = u16::try_from(classes.len()).ok()?;
+    classes.push(class.clone().unbind());
+    Some(id)
+}
+
+/// The class with id `id` (for describing fingerprints on a miss).
+fn class_by_id(py: Python<'_>, id: u16) -> PyResult<Py<PyAny>> {
+    let classes = CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+    classes
+        .get(usize::from(id))
+        .map(|c| c.clone_ref(py))
+        .ok_or_else(bad_fingerprint)
 }
 
 struct CachedType {
@@ -211,6 +265,9 @@ pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch)
         }
         Strategy::CudaArrayInterface => read_cai(arg, at, scratch),
         Strategy::DLPack => read_dlpack(arg, at, scratch),
+        Strategy::Tuple(class) => read_tuple(arg, class, at, scratch),
+        Strategy::Enum(class) => read_enum(arg, class, at, scratch),
+        Strategy::Datetime => read_datetime(arg, at, scratch),
         Strategy::Numba => {
             scratch.needs_numba = true;
             Ok(())
@@ -287,6 +344,10 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
     if let Some(generic) = numpy_generic(py) {
         if arg.is_instance(&generic)? {
             let dtype = arg.getattr(intern!(py, "dtype"))?;
+            let kind: String = dtype.getattr(intern!(py, "kind"))?.extract()?;
+            if kind == "M" || kind == "m" {
+                return Ok(Strategy::Datetime);
+            }
             return match dtype_scalar(&dtype)? {
                 Some(scalar) => Ok(Strategy::NumpyScalar(scalar)),
                 None if numba_only_dtype(&dtype) => Ok(Strategy::Numba),
@@ -325,6 +386,21 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
         .and_then(|e| e.getattr("Enum"))
         .and_then(|enum_class| arg.is_instance(&enum_class))
         .unwrap_or(false);
+    if is_enum && enum_values_are_numbers(&class) {
+        if let Some(id) = class_id(&class) {
+            return Ok(Strategy::Enum(id));
+        }
+    }
+    if arg.is_instance_of::<PyTuple>() {
+        if arg.get_type().is(py.get_type::<PyTuple>()) {
+            return Ok(Strategy::Tuple(None));
+        }
+        if has_attribute(&class, "_fields") {
+            if let Some(id) = class_id(&class) {
+                return Ok(Strategy::Tuple(Some(id)));
+            }
+        }
+    }
     let is_device_record =
         has_attribute(&class, "__cuda_memory__") && !has_attribute(&class, "__cuda_ndarray__");
     if is_host_array
@@ -618,6 +694,134 @@ fn tuple_ints<'a>(
 }
 
 /// Structured, datetime and timedelta dtypes: numba-cuda types and passes these itself.
+/// Whether every member of an enum class has an int, float or bool value (numba types
+/// such enums; others go to its own launch path).
+fn enum_values_are_numbers(class: &Bound<'_, PyAny>) -> bool {
+    let py = class.py();
+    let Ok(members) = class.getattr(intern!(py, "__members__")) else {
+        return false;
+    };
+    let Ok(values) = members.call_method0(intern!(py, "values")) else {
+        return false;
+    };
+    let Ok(values) = values.try_iter() else {
+        return false;
+    };
+    let mut any = false;
+    for member in values {
+        let Ok(value) = member.and_then(|m| m.getattr(intern!(py, "value"))) else {
+            return false;
+        };
+        let exact = value.get_type();
+        let number = exact.is(py.get_type::<pyo3::types::PyInt>())
+            || exact.is(py.get_type::<pyo3::types::PyFloat>())
+            || exact.is(py.get_type::<pyo3::types::PyBool>());
+        if !number {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
+/// A tuple: its header, then each member read as an argument of its own.
+fn read_tuple(
+    arg: &Bound<'_, PyAny>,
+    class: Option<u16>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let tuple = arg.cast::<PyTuple>().map_err(PyErr::from)?;
+    let Ok(count) = u8::try_from(tuple.len()) else {
+        scratch.needs_numba = true; // numba-cuda passes long tuples itself
+        return Ok(());
+    };
+    if scratch.tuple_depth >= MAX_TUPLE_DEPTH {
+        scratch.needs_numba = true;
+        return Ok(());
+    }
+    scratch.has_tuple = true;
+    match class {
+        None => scratch.fingerprint.extend_from_slice(&[TUPLE_TAG, count]),
+        Some(id) => {
+            let [lo, hi] = id.to_le_bytes();
+            scratch
+                .fingerprint
+                .extend_from_slice(&[NAMED_TUPLE_TAG, lo, hi, count]);
+        }
+    }
+    scratch.tuple_depth += 1;
+    let members = tuple
+        .iter()
+        .try_for_each(|member| read_arg(&member, at, scratch));
+    scratch.tuple_depth -= 1;
+    members
+}
+
+/// An `Enum` / `IntEnum` member: numba passes its `value`.
+fn read_enum(
+    arg: &Bound<'_, PyAny>,
+    class: u16,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let py = arg.py();
+    let value = arg.getattr(intern!(py, "value"))?;
+    let value = if let Ok(flag) = value.cast::<pyo3::types::PyBool>() {
+        Value::Bool(flag.is_true())
+    } else if let Ok(number) = value.extract::<i64>() {
+        Value::Int(i128::from(number))
+    } else if let Ok(number) = value.extract::<u64>() {
+        Value::Int(i128::from(number))
+    } else if let Ok(number) = value.extract::<f64>() {
+        Value::Float(number)
+    } else {
+        return Err(at.error(format!("enum member {arg} has a value numba cannot pass")));
+    };
+    let [lo, hi] = class.to_le_bytes();
+    scratch.fingerprint.extend_from_slice(&[ENUM_TAG, lo, hi]);
+    scratch.values.push(ArgValue::Scalar(value));
+    Ok(())
+}
+
+/// A NumPy `datetime64` / `timedelta64` scalar: its unit in the fingerprint, its int64
+/// count as the value (as numba passes it).
+fn read_datetime(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let py = arg.py();
+    let dtype = arg.getattr(intern!(py, "dtype"))?;
+    let code: String = dtype.getattr(intern!(py, "str"))?.extract()?;
+    let (kind, unit) = parse_datetime_dtype(&code)
+        .ok_or_else(|| at.error(format!("datetime dtype {code} is not supported")))?;
+    let count: i64 = arg
+        .call_method1(intern!(py, "astype"), ("int64",))?
+        .extract()?;
+    scratch
+        .fingerprint
+        .extend_from_slice(&[DATETIME_TAG, kind, unit]);
+    scratch
+        .values
+        .push(ArgValue::Scalar(Value::Int(i128::from(count))));
+    Ok(())
+}
+
+/// `"<M8[ns]"` → (0, index of "ns"); `"<m8"` → (1, generic). Multiples (`[10s]`) are not
+/// numba units.
+pub fn parse_datetime_dtype(code: &str) -> Option<(u8, u8)> {
+    let rest = code.trim_start_matches(['<', '>', '=', '|']);
+    let kind = match rest.as_bytes().first()? {
+        b'M' => 0,
+        b'm' => 1,
+        _ => return None,
+    };
+    let rest = rest.get(1..)?.strip_prefix('8')?;
+    let unit = match rest {
+        "" => "",
+        bracketed => bracketed.strip_prefix('[')?.strip_suffix(']')?,
+    };
+    let index = DATETIME_UNITS.iter().position(|&u| u == unit)?;
+    Some((kind, u8::try_from(index).ok()?))
+}
+
 fn numba_only_dtype(dtype: &Bound<'_, PyAny>) -> bool {
     dtype
         .getattr(intern!(dtype.py(), "kind"))
@@ -1087,41 +1291,149 @@ fn read_cai(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> 
     )
 }
 
-/// A fingerprint decoded into Python descriptors, which Python turns into numba
-/// types: `("array", dtype, ndim, layout, readonly)` or `("scalar", numba name)`.
+/// The argument that value `value` (in `Scratch::values` order) belongs to: tuples put
+/// several values in one argument. Used to name arguments in errors, off the hot path.
+pub fn argument_of_value(fingerprint: &[u8], value: usize) -> usize {
+    /// Skips one argument's encoding from `i`, counting the values it holds.
+    fn skip(fingerprint: &[u8], i: &mut usize) -> usize {
+        let Some(&tag) = fingerprint.get(*i) else {
+            return 0;
+        };
+        match tag {
+            TUPLE_TAG | NAMED_TUPLE_TAG => {
+                let header = if tag == TUPLE_TAG { 2 } else { 4 };
+                let count = fingerprint.get(*i + header - 1).copied().unwrap_or(0);
+                *i += header;
+                (0..count).map(|_| skip(fingerprint, i)).sum()
+            }
+            ARRAY_TAG => {
+                *i += 4;
+                1
+            }
+            ENUM_TAG | DATETIME_TAG => {
+                *i += 3;
+                1
+            }
+            _ => {
+                *i += 1;
+                1
+            }
+        }
+    }
+    let (mut i, mut seen, mut argument) = (0, 0, 0);
+    while i < fingerprint.len() {
+        seen += skip(fingerprint, &mut i);
+        if value < seen {
+            return argument;
+        }
+        argument += 1;
+    }
+    argument
+}
+
+/// A fingerprint decoded into Python descriptors, which Python turns into numba types:
+/// `("array", dtype, ndim, layout, readonly)`, `("scalar", numba name)`,
+/// `("tuple", [members])`, `("namedtuple", class, [members])`, `("enum", class)`,
+/// `("datetime", unit)` or `("timedelta", unit)`.
 pub fn describe<'py>(py: Python<'py>, fingerprint: &[u8]) -> PyResult<Vec<Bound<'py, PyTuple>>> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < fingerprint.len() {
-        let tag = fingerprint[i];
-        if tag == ARRAY_TAG && i + 3 < fingerprint.len() {
-            let scalar = Scalar::from_code(fingerprint[i + 1]).ok_or_else(bad_fingerprint)?;
-            let flags = fingerprint[i + 3];
+        out.push(describe_one(py, fingerprint, &mut i, 0)?);
+    }
+    Ok(out)
+}
+
+fn describe_one<'py>(
+    py: Python<'py>,
+    fingerprint: &[u8],
+    i: &mut usize,
+    depth: usize,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let byte = |at: usize| fingerprint.get(at).copied().ok_or_else(bad_fingerprint);
+    let tag = byte(*i)?;
+    match tag {
+        ARRAY_TAG => {
+            let scalar = Scalar::from_code(byte(*i + 1)?).ok_or_else(bad_fingerprint)?;
+            let ndim = byte(*i + 2)?;
+            let flags = byte(*i + 3)?;
             let layout = match flags & 3 {
                 LAYOUT_C => "C",
                 LAYOUT_F => "F",
                 _ => "A",
             };
-            out.push(PyTuple::new(
+            *i += 4;
+            PyTuple::new(
                 py,
                 [
                     "array".into_pyobject(py)?.into_any(),
                     scalar.numpy_name().into_pyobject(py)?.into_any(),
-                    fingerprint[i + 2].into_pyobject(py)?.into_any(),
+                    ndim.into_pyobject(py)?.into_any(),
                     layout.into_pyobject(py)?.into_any(),
                     pyo3::types::PyBool::new(py, flags & READONLY_FLAG != 0)
                         .to_owned()
                         .into_any(),
                 ],
-            )?);
-            i += 4;
-        } else {
+            )
+        }
+        TUPLE_TAG | NAMED_TUPLE_TAG => {
+            if depth >= MAX_TUPLE_DEPTH {
+                return Err(bad_fingerprint());
+            }
+            let class = if tag == NAMED_TUPLE_TAG {
+                let id = u16::from_le_bytes([byte(*i + 1)?, byte(*i + 2)?]);
+                *i += 2;
+                Some(class_by_id(py, id)?)
+            } else {
+                None
+            };
+            let count = byte(*i + 1)?;
+            *i += 2;
+            let members = (0..count)
+                .map(|_| describe_one(py, fingerprint, i, depth + 1))
+                .collect::<PyResult<Vec<_>>>()?;
+            let members = pyo3::types::PyList::new(py, members)?.into_any();
+            match class {
+                None => PyTuple::new(py, ["tuple".into_pyobject(py)?.into_any(), members]),
+                Some(class) => PyTuple::new(
+                    py,
+                    [
+                        "namedtuple".into_pyobject(py)?.into_any(),
+                        class.into_bound(py),
+                        members,
+                    ],
+                ),
+            }
+        }
+        ENUM_TAG => {
+            let id = u16::from_le_bytes([byte(*i + 1)?, byte(*i + 2)?]);
+            *i += 3;
+            PyTuple::new(
+                py,
+                [
+                    "enum".into_pyobject(py)?.into_any(),
+                    class_by_id(py, id)?.into_bound(py),
+                ],
+            )
+        }
+        DATETIME_TAG => {
+            let kind = if byte(*i + 1)? == 0 {
+                "datetime"
+            } else {
+                "timedelta"
+            };
+            let unit = DATETIME_UNITS
+                .get(usize::from(byte(*i + 2)?))
+                .ok_or_else(bad_fingerprint)?;
+            *i += 3;
+            PyTuple::new(py, [kind, unit])
+        }
+        _ => {
             let scalar = Scalar::from_code(tag).ok_or_else(bad_fingerprint)?;
-            out.push(PyTuple::new(py, ["scalar", scalar.numba_name()])?);
-            i += 1;
+            *i += 1;
+            PyTuple::new(py, ["scalar", scalar.numba_name()])
         }
     }
-    Ok(out)
 }
 
 fn bad_fingerprint() -> PyErr {

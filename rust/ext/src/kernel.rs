@@ -665,14 +665,20 @@ fn launch(
                         shape,
                     )?;
                 }
-                plan.pack(&scratch.values, &scratch.dims, names, &mut scratch.params)?;
+                plan.pack(
+                    &scratch.values,
+                    &scratch.dims,
+                    names,
+                    &scratch.fingerprint,
+                    &mut scratch.params,
+                )?;
                 let params = scratch.params.as_params();
                 // SAFETY: the plan was checked against this fingerprint at registration and
                 // packs one 8-byte slot per flattened parameter of the compiled entry, as
                 // numba's data model lays them out; the argument objects (and any DLPack
                 // capsules in the scratch) are alive until the launch is submitted.
                 unsafe { code.launch(py, driver, context.ordinal, dims, cluster, params) }?;
-                if graphs::is_capturing(dims.stream) {
+                if graphs::is_capturing(dims.stream) && !scratch.has_tuple {
                     let packed = PackedArgs::new(plan, scratch, names, args)?;
                     graphs::record(driver, kernel_object, code, dims.stream, packed)?;
                 }
@@ -843,12 +849,18 @@ pub(crate) struct PackedArgs {
 
 impl PackedArgs {
     /// Packs the arguments classified in `scratch` (its `params` are overwritten).
+    /// Tuple arguments are refused: their members are not arguments of their own.
     pub(crate) fn new(
         plan: &Plan,
         scratch: &mut Scratch,
         names: &[String],
         args: &Bound<'_, PyTuple>,
     ) -> Result<PackedArgs> {
+        if scratch.has_tuple {
+            return Err(Error::Type(
+                "bound launches and graph argument updates take no tuple arguments".into(),
+            ));
+        }
         scratch.params.clear();
         let mut arg_slots = Vec::with_capacity(scratch.values.len());
         for (index, value) in scratch.values.iter().enumerate() {
@@ -953,15 +965,16 @@ pub struct BoundLaunch {
 
 /// The fingerprint bytes each argument contributed, in order.
 fn split_fingerprint(fingerprint: &[u8]) -> Vec<Box<[u8]>> {
+    use crate::classify::{ARRAY_TAG, DATETIME_TAG, ENUM_TAG};
     let mut parts = Vec::new();
     let mut i = 0;
     while i < fingerprint.len() {
-        let len = if fingerprint[i] == crate::classify::ARRAY_TAG {
-            4
-        } else {
-            1
+        let len = match fingerprint[i] {
+            ARRAY_TAG => 4,
+            ENUM_TAG | DATETIME_TAG => 3,
+            _ => 1,
         };
-        parts.push(fingerprint[i..i + len].into());
+        parts.push(fingerprint[i..(i + len).min(fingerprint.len())].into());
         i += len;
     }
     parts
@@ -1148,7 +1161,13 @@ pub fn pack<'py>(
     }
     refuse_numba_only(&scratch)?;
     plan.check_fingerprint(&scratch.fingerprint)?;
-    plan.pack(&scratch.values, &scratch.dims, &[], &mut scratch.params)?;
+    plan.pack(
+        &scratch.values,
+        &scratch.dims,
+        &[],
+        &scratch.fingerprint,
+        &mut scratch.params,
+    )?;
     let bytes: Vec<u8> = scratch
         .params
         .slots()
@@ -1176,7 +1195,8 @@ fn refuse_numba_only(scratch: &Scratch) -> Result<()> {
     if scratch.needs_numba {
         return Err(Error::Type(
             "these arguments are passed by numba-cuda's own launch path, not classified by \
-             fastlaunch (host arrays, cuda.In/Out/InOut, records, tuples, enums, datetimes)"
+             fastlaunch (host arrays, cuda.In/Out/InOut, records, datetime arrays, tuples \
+             holding those)"
                 .into(),
         ));
     }

@@ -5,7 +5,9 @@
 
 use fastlaunch_driver::ParamBuffer;
 
-use crate::classify::{ArgValue, Position, ARRAY_TAG};
+use crate::classify::{
+    ArgValue, Position, ARRAY_TAG, DATETIME_TAG, ENUM_TAG, NAMED_TUPLE_TAG, TUPLE_TAG,
+};
 use crate::errors::{Error, Result};
 use crate::scalar::Scalar;
 
@@ -45,23 +47,35 @@ impl Plan {
     }
 
     /// Checks that arguments with this fingerprint can be packed by this plan: same
-    /// count, arrays where arrays are expected with the same ndim, scalars for scalars.
+    /// count, arrays where arrays are expected with the same ndim, scalars for scalars
+    /// (enum members and datetimes are scalars; tuple headers stand for no parameter).
     pub fn check_fingerprint(&self, fingerprint: &[u8]) -> Result<()> {
         let mut i = 0;
-        for (index, param) in self.params.iter().enumerate() {
-            let tag = *fingerprint.get(i).ok_or_else(|| {
-                Error::Value(format!(
-                    "plan has {} parameters, arguments fewer",
-                    self.params.len()
-                ))
-            })?;
+        let mut params = self.params.iter().enumerate();
+        while i < fingerprint.len() {
+            let tag = fingerprint[i];
+            match tag {
+                TUPLE_TAG => {
+                    i += 2;
+                    continue;
+                }
+                NAMED_TUPLE_TAG => {
+                    i += 4;
+                    continue;
+                }
+                _ => {}
+            }
+            let (index, param) = params
+                .next()
+                .ok_or_else(|| Error::Value("arguments outnumber the plan's parameters".into()))?;
             match (param, tag) {
                 (Param::Array { ndim }, ARRAY_TAG)
                     if fingerprint.get(i + 2).map(|&n| usize::from(n)) == Some(*ndim) =>
                 {
                     i += 4
                 }
-                (Param::Scalar(_), tag) if tag != ARRAY_TAG => i += 1,
+                (Param::Scalar(_), ENUM_TAG | DATETIME_TAG) => i += 3,
+                (Param::Scalar(_), tag) if Scalar::from_code(tag).is_some() => i += 1,
                 _ => {
                     return Err(Error::Value(format!(
                         "plan entry {index} ({param:?}) does not fit the argument's kind"
@@ -69,25 +83,30 @@ impl Plan {
                 }
             }
         }
-        if i != fingerprint.len() {
-            return Err(Error::Value(
-                "arguments outnumber the plan's parameters".into(),
-            ));
+        if i != fingerprint.len() || params.next().is_some() {
+            return Err(Error::Value(format!(
+                "plan has {} parameters, the arguments a different number",
+                self.params.len()
+            )));
         }
         Ok(())
     }
 
-    /// Packs the classified arguments into `out`.
+    /// Packs the classified arguments into `out`. `fingerprint` names the argument of a
+    /// value that cannot be packed (tuples hold several values).
     #[inline]
     pub fn pack(
         &self,
         values: &[ArgValue],
         dims: &[i64],
         names: &[String],
+        fingerprint: &[u8],
         out: &mut ParamBuffer,
     ) -> Result<()> {
         for (index, value) in values.iter().enumerate() {
-            self.pack_one(index, value, dims, names, out)?;
+            if let Err(error) = self.pack_one(index, value, dims, &[], out) {
+                return Err(rename_argument(error, fingerprint, names));
+            }
         }
         Ok(())
     }
@@ -143,6 +162,24 @@ impl Plan {
     }
 }
 
+/// Points an error about value `position` at the argument holding it, by name.
+#[cold]
+fn rename_argument(error: Error, fingerprint: &[u8], names: &[String]) -> Error {
+    match error {
+        Error::Argument {
+            position, message, ..
+        } => {
+            let argument = crate::classify::argument_of_value(fingerprint, position);
+            Error::Argument {
+                position: argument,
+                name: names.get(argument).cloned().unwrap_or_default(),
+                message,
+            }
+        }
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,7 +201,7 @@ mod tests {
             ArgValue::Scalar(Value::Float(1.5)),
         ];
         let mut out = ParamBuffer::default();
-        plan.pack(&values, &dims, &[], &mut out).unwrap();
+        plan.pack(&values, &dims, &[], &[], &mut out).unwrap();
         assert_eq!(
             out.slots(),
             &[

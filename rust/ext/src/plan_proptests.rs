@@ -310,7 +310,7 @@ proptest! {
         names in vec(".{0,4}", 0..4),
     ) {
         let mut out = ParamBuffer::default();
-        let packed = plan.pack(&values, &dims, &names, &mut out);
+        let packed = plan.pack(&values, &dims, &names, &[], &mut out);
         let expected: Option<Vec<u64>> = values
             .iter()
             .enumerate()
@@ -335,7 +335,7 @@ proptest! {
             _ => true,
         });
         let mut out = ParamBuffer::default();
-        let packed = plan.pack(&values, &dims, &[], &mut out);
+        let packed = plan.pack(&values, &dims, &[], &[], &mut out);
         prop_assert_eq!(packed.is_ok(), converts);
         if converts {
             prop_assert_eq!(out.len(), plan_slots(&plan));

@@ -1,0 +1,144 @@
+"""Tuples, named tuples, enum members and datetime/timedelta scalars: typed exactly as
+numba types them, and packed exactly as numba-cuda's own ``_prepare_args`` passes them
+(which runs without a GPU for these kinds). Arrays inside tuples pack as arrays do."""
+
+from __future__ import annotations
+
+import collections
+import enum
+
+import numpy as np
+import pytest
+from arrays import FakeCAI
+from numba.cuda import types
+from numba.cuda.typing.typeof import typeof
+from test_cpu_packing import numba_prepare_args, param_widths, reference_array, slots
+
+from fastlaunch import KernelArgumentError, _core
+from fastlaunch.dispatcher import numba_type, plan_entries
+
+
+class Color(enum.IntEnum):
+    RED = 1
+    GREEN = -7
+
+
+class Weight(enum.Enum):
+    LIGHT = 0.5
+    HEAVY = 2.25
+
+
+class Flag(enum.Enum):
+    ON = True
+    OFF = False
+
+
+Point = collections.namedtuple("Point", "x y")
+Span = collections.namedtuple("Span", "start stop step")
+
+VALUES = [
+    (1, 2),
+    (1, 2.5),
+    (True, 3, 4.5, 1 + 2j),
+    (np.float32(1.5), np.int8(-2), np.uint64(2**63)),
+    ((1, (2.5, False)), 3),
+    (),
+    ((),),
+    Point(1, 2),
+    Point(1.5, -2),
+    Span(np.int16(1), 2, np.float32(0.5)),
+    (Point(1, 2), Point(3.5, 4.5)),
+    Color.RED,
+    Color.GREEN,
+    Weight.HEAVY,
+    Flag.ON,
+    (Color.RED, Weight.LIGHT),
+    np.datetime64("2020-01-01", "D"),
+    np.datetime64("2020-01-01T10:00:00.123456789", "ns"),
+    np.datetime64("NaT"),
+    np.datetime64("NaT", "s"),
+    np.datetime64(-5, "Y"),
+    np.timedelta64(5, "s"),
+    np.timedelta64(-3, "ms"),
+    np.timedelta64(7),
+    (np.datetime64(1, "us"), np.timedelta64(2, "h")),
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_typed_as_numba_types_them(value):
+    (descriptor,) = _core.describe(_core.fingerprint((value,)))
+    assert numba_type(descriptor) == typeof(value)
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_packed_as_numba_passes_them(value):
+    ty = typeof(value)
+    expected = slots([ty], numba_prepare_args(ty, value))
+    assert _core.pack(plan_entries(ty, 0, "x"), (value,)) == expected
+
+
+def test_arrays_inside_tuples_pack_as_arrays():
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ptr = host.__array_interface__["data"][0]
+    array = FakeCAI(host.shape, host.dtype.str, host.strides, ptr=ptr)
+    value = (array, 2.5, (np.int32(4), array))
+    array_type = types.Array(types.float32, 2, "C")
+    ty = types.Tuple((array_type, types.float64, types.Tuple((types.int32, array_type))))
+    (descriptor,) = _core.describe(_core.fingerprint((value,)))
+    assert numba_type(descriptor) == ty
+    expected = slots(
+        [ty],
+        [
+            *reference_array(host, ptr),
+            *numba_prepare_args(types.float64, 2.5),
+            *numba_prepare_args(types.int32, 4),
+            *reference_array(host, ptr),
+        ],
+    )
+    assert len(param_widths([ty])) == 2 * (5 + 4) + 2
+    assert _core.pack(plan_entries(ty, 0, "x"), (value,)) == expected
+
+
+def test_enum_classes_are_part_of_the_type():
+    class Other(enum.IntEnum):
+        RED = 1
+
+    assert _core.fingerprint((Color.RED,)) != _core.fingerprint((Other.RED,))
+    assert _core.fingerprint((Color.RED,)) == _core.fingerprint((Color.GREEN,))
+    assert _core.fingerprint((Point(1, 2),)) != _core.fingerprint(((1, 2),))
+
+
+def test_tuples_follow_their_members_into_explicit_signatures():
+    # a float64 member for an int64 parameter is refused as a lossy conversion, as a scalar is
+    with pytest.raises(KernelArgumentError, match="^argument 0: cannot pass a float"):
+        _core.pack(["int64", "int64"], ((1, 2.5),))
+    assert _core.pack(["float64", "float64"], ((1, 2),)) == _core.pack(
+        ["float64", "float64"], ((1.0, 2.0),)
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [("<M8[ns]", ("datetime", "ns")), ("<m8", ("timedelta", "")), ("<M8[D]", ("datetime", "D"))],
+)
+def test_datetime_units_round_trip(code, expected):
+    value = np.zeros((), code)[()]
+    assert _core.classify(value) == expected
+
+
+def test_datetime_multiples_are_refused_clearly():
+    with pytest.raises(KernelArgumentError, match=r"datetime dtype <M8\[10s\] is not supported"):
+        _core.classify(np.datetime64(1, "10s"))
+
+
+def test_a_tuple_holding_an_unpacked_type_goes_to_numba():
+    from fastlaunch.dispatcher import UnpackedParameter
+
+    with pytest.raises(UnpackedParameter, match=r"argument 2 \(t\).*float32\*"):
+        plan_entries(types.Tuple((types.int64, types.CPointer(types.float32))), 2, "t")
+
+
+def test_errors_name_the_argument_holding_the_tuple_member():
+    with pytest.raises(KernelArgumentError, match=r"^argument 1: cannot pass a float"):
+        _core.pack(["int64", "int64", "int64"], (1, (2, 2.5)))
