@@ -243,9 +243,9 @@ class Kernel(_core.Kernel):
         self, args: tuple, griddim: tuple, blockdim: tuple, stream: Any, sharedmem: int
     ) -> None:
         """numba-cuda's own launch, for arguments fastlaunch does not pack (host arrays,
-        ``cuda.In``/``Out``/``InOut``, records, datetime arrays, tuples holding those) and kernels with
-        ``extensions``. Non-contiguous host arrays (which numba-cuda refuses) go through a
-        contiguous copy that is written back after the launch."""
+        ``cuda.In``/``Out``/``InOut``, records, datetime arrays, tuples holding those) and
+        kernels with ``extensions``. Non-contiguous host arrays (which numba-cuda refuses) go
+        through a contiguous copy that is written back after the launch."""
         np = _numba()[0]
         self.numba_launches += 1
         if not self._numba_path_logged:
