@@ -329,8 +329,9 @@ class Kernel(_core.Kernel):
             target = _core.CompiledKernel(
                 bytes(cubin.code), kernel.entry_name, cooperative=bool(kernel.cooperative)
             )
-            carveout = getattr(self._dispatcher, "shared_memory_carveout", None)
-            if carveout is not None:  # numba-cuda sets it on its own loaded function
+            # numba-cuda parses the option on each overload and sets it on its own function
+            carveout = getattr(kernel, "shared_memory_carveout", None)
+            if carveout is not None:
                 for ordinal in range(_core.device_count()):
                     if _core.compute_capability(ordinal) == (major, minor):
                         target.set_attribute("preferred_shared_memory_carveout", carveout, ordinal)
