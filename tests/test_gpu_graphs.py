@@ -163,26 +163,23 @@ def test_launches_inside_torch_and_cupy_captures():
 # ------------------------------------------------------------------------ clusters
 
 
-@intrinsic
-def cluster_rank(typingctx):
-    """``%cluster_ctarank``: this block's rank inside its cluster (sm_90)."""
+def special_register(register):
+    """An intrinsic reading a 32-bit PTX special register (inline PTX: numba-cuda's NVVM
+    has no intrinsic for the cluster registers)."""
 
-    def codegen(context, builder, sig, args):
-        fnty = ir.FunctionType(ir.IntType(32), [])
-        return builder.asm(fnty, "mov.u32 $0, %cluster_ctarank;", "=r", [], False)
+    @intrinsic
+    def read(typingctx):
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.IntType(32), [])
+            return builder.asm(fnty, f"mov.u32 $0, %{register};", "=r", [], False)
 
-    return types.int32(), codegen
+        return types.int32(), codegen
+
+    return read
 
 
-@intrinsic
-def cluster_size(typingctx):
-    """``%cluster_nctarank``: blocks in this block's cluster (sm_90)."""
-
-    def codegen(context, builder, sig, args):
-        fnty = ir.FunctionType(ir.IntType(32), [])
-        return builder.asm(fnty, "mov.u32 $0, %cluster_nctarank;", "=r", [], False)
-
-    return types.int32(), codegen
+cluster_rank = special_register("cluster_ctarank")  # this block's rank in its cluster
+cluster_size = special_register("cluster_nctarank")  # blocks in this block's cluster
 
 
 @fl.jit

@@ -656,15 +656,13 @@ fn launch(
         let dims = &order_inputs(py, context.context, dims, scratch)?;
         match (&overload.target, &overload.plan) {
             (Target::Compiled(code), Some(plan)) => {
-                if let Some(shape) = cluster {
-                    limits::prepare_cluster(
-                        driver,
-                        &code.kernel,
-                        context.ordinal,
-                        compute_capability,
-                        shape,
-                    )?;
-                }
+                limits::prepare_cluster(
+                    driver,
+                    &code.kernel,
+                    context.ordinal,
+                    compute_capability,
+                    cluster,
+                )?;
                 plan.pack(
                     &scratch.values,
                     &scratch.dims,
@@ -1003,15 +1001,13 @@ impl Launcher {
             ));
         };
         limits::check_devices(driver, context.ordinal, &scratch, names)?;
-        if let Some(shape) = self.cluster {
-            limits::prepare_cluster(
-                driver,
-                &code.kernel,
-                context.ordinal,
-                compute_capability,
-                shape,
-            )?;
-        }
+        limits::prepare_cluster(
+            driver,
+            &code.kernel,
+            context.ordinal,
+            compute_capability,
+            self.cluster,
+        )?;
         Ok(BoundLaunch {
             kernel: self.kernel.clone_ref(py),
             code: code.clone(),

@@ -117,15 +117,18 @@ pub fn check_cluster(grid: [u32; 3], cluster: [u32; 3]) -> Result<()> {
 const PORTABLE_CLUSTER_BLOCKS: u32 = 8;
 const MAX_CLUSTER_BLOCKS: u32 = 16;
 
-/// Checks that device `ordinal` runs clusters of this shape, opting `kernel` in to
+/// Checks that device `ordinal` runs clusters of this shape (if any), opting `kernel` in to
 /// non-portable sizes (9 to 16 blocks).
 pub fn prepare_cluster(
     driver: &Driver,
     kernel: &driver::Kernel,
     ordinal: usize,
     compute_capability: u32,
-    cluster: [u32; 3],
+    cluster: Option<[u32; 3]>,
 ) -> Result<()> {
+    let Some(cluster) = cluster else {
+        return Ok(());
+    };
     if compute_capability < 90 {
         return Err(Error::LaunchConfiguration(format!(
             "thread block clusters need compute capability 9.0 or newer; device {ordinal} has {}.{}",
@@ -180,8 +183,7 @@ fn find_broken_limit(
 ) -> Result<Option<String>> {
     let device = |name: &str| device_limit(driver, ordinal, name);
     let of_kernel = |attribute| kernel_limit(driver, kernel, ordinal, attribute);
-    let [bx, by, bz] = dims.block.map(i64::from);
-    let threads = bx * by * bz;
+    let threads: i64 = dims.block.iter().map(|&b| i64::from(b)).product();
     let device_threads = device("MAX_THREADS_PER_BLOCK")?;
     if threads > device_threads {
         return Ok(Some(format!(
@@ -190,37 +192,25 @@ fn find_broken_limit(
             shown(dims.block)
         )));
     }
-    let limits = [
-        ("x", bx, "MAX_BLOCK_DIM_X"),
-        ("y", by, "MAX_BLOCK_DIM_Y"),
-        ("z", bz, "MAX_BLOCK_DIM_Z"),
+    let axes = [
+        ("blockdim", dims.block, "threads", "MAX_BLOCK_DIM_"),
+        ("griddim", dims.grid, "blocks", "MAX_GRID_DIM_"),
     ];
-    for (axis, value, limit_name) in limits {
-        let limit = device(limit_name)?;
-        if value > limit {
-            return Ok(Some(format!(
-                "blockdim {} has {value} threads in {axis}; device {ordinal} allows at most \
-                 {limit} ({limit_name})",
-                shown(dims.block)
-            )));
+    for (what, shape, unit, limit_prefix) in axes {
+        for (axis, value) in ["X", "Y", "Z"].into_iter().zip(shape.map(i64::from)) {
+            let limit_name = format!("{limit_prefix}{axis}");
+            let limit = device(&limit_name)?;
+            if value > limit {
+                return Ok(Some(format!(
+                    "{what} {} has {value} {unit} in {}; device {ordinal} allows at most \
+                     {limit} ({limit_name})",
+                    shown(shape),
+                    axis.to_ascii_lowercase()
+                )));
+            }
         }
     }
     let [gx, gy, gz] = dims.grid.map(i64::from);
-    let limits = [
-        ("x", gx, "MAX_GRID_DIM_X"),
-        ("y", gy, "MAX_GRID_DIM_Y"),
-        ("z", gz, "MAX_GRID_DIM_Z"),
-    ];
-    for (axis, value, limit_name) in limits {
-        let limit = device(limit_name)?;
-        if value > limit {
-            return Ok(Some(format!(
-                "griddim {} has {value} blocks in {axis}; device {ordinal} allows at most \
-                 {limit} ({limit_name})",
-                shown(dims.grid)
-            )));
-        }
-    }
     let kernel_threads = of_kernel(KernelAttribute::MaxThreadsPerBlock)?;
     let registers = of_kernel(KernelAttribute::NumRegs)?;
     if threads > kernel_threads {
