@@ -596,6 +596,17 @@ def test_exception_hierarchy():
     assert issubclass(KernelArgumentError, TypeError)
     assert issubclass(CudaUnavailableError, CudaError)
     assert issubclass(fastlaunch.CudaDriverError, CudaError)
+    # a launch the driver refused is what numba-cuda raises (cuda.core's CUDAError, via
+    # CudaDriverError) and a ValueError naming the limit
+    from cuda.core._utils.cuda_utils import CUDAError
+
+    refused = fastlaunch.LaunchRefusedError
+    for base in (fastlaunch.LaunchConfigurationError, fastlaunch.CudaDriverError, CUDAError):
+        assert issubclass(refused, base)
+    assert issubclass(fastlaunch.LaunchConfigurationError, ValueError)
+    r = refused("blockdim (2048, 1, 1) ...", 1, "CUDA_ERROR_INVALID_VALUE", "launching a kernel")
+    assert (r.code, r.name, r.during) == (1, "CUDA_ERROR_INVALID_VALUE", "launching a kernel")
+    assert repr(refused) == "<class 'fastlaunch.errors.LaunchRefusedError'>"
     e = KernelArgumentError("argument 1 (x): bad", 1, "x")
     assert (str(e), e.position, e.name) == ("argument 1 (x): bad", 1, "x")
 

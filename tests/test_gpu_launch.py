@@ -294,6 +294,10 @@ def test_launch_errors_name_the_cuda_error():
     with pytest.raises(fl.LaunchConfigurationError) as info:
         axpy[1, 2048](out, 1.0, out, out)
     assert "(CUDA_ERROR_INVALID_VALUE from the driver)" in str(info.value)
+    # also what numba-cuda raises for it: a CudaDriverError, so cuda.core's CUDAError
+    assert isinstance(info.value, fl.CudaDriverError)
+    assert isinstance(info.value, fl.LaunchRefusedError)
+    assert info.value.name == "CUDA_ERROR_INVALID_VALUE"
     axpy[1, 4](out, 1.0, out, out)  # the context is still usable
     fl.synchronize()
 

@@ -36,13 +36,13 @@ from fastlaunch.streams import (
 __version__: str = _core.__version__
 
 if TYPE_CHECKING:
-    from fastlaunch.errors import CudaDriverError
+    from fastlaunch.errors import CudaDriverError, LaunchRefusedError
 
 
 def __getattr__(name: str) -> Any:
-    # CudaDriverError is built on first use (see fastlaunch.errors).
-    if name == "CudaDriverError":
-        return errors.CudaDriverError
+    # CudaDriverError and LaunchRefusedError are built on first use (see fastlaunch.errors).
+    if name in ("CudaDriverError", "LaunchRefusedError"):
+        return getattr(errors, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -67,6 +67,7 @@ __all__ = [
     "Kernel",
     "KernelArgumentError",
     "LaunchConfigurationError",
+    "LaunchRefusedError",
     "Graph",
     "GraphLaunch",
     "graph",

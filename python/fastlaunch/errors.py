@@ -52,10 +52,31 @@ def _driver_error_class() -> type:
             self.during = during
 
     CudaDriverError.__module__ = __name__
+    CudaDriverError.__qualname__ = "CudaDriverError"
     return CudaDriverError
 
 
+def _launch_refused_class() -> type:
+    """``LaunchRefusedError``: a launch the driver refused, explained by the limit it broke.
+    Both a ``LaunchConfigurationError`` and a ``CudaDriverError`` (so also cuda.core's
+    ``CUDAError``, which numba-cuda raises for the same launch)."""
+
+    class LaunchRefusedError(LaunchConfigurationError, __getattr__("CudaDriverError")):  # type: ignore[misc]
+        """The driver refused a launch; the message names the limit and the value."""
+
+    LaunchRefusedError.__module__ = __name__
+    LaunchRefusedError.__qualname__ = "LaunchRefusedError"
+    return LaunchRefusedError
+
+
 if TYPE_CHECKING:
+
+    class LaunchRefusedError(LaunchConfigurationError):
+        code: int
+        name: str
+        during: str
+
+        def __init__(self, message: str, code: int, name: str, during: str) -> None: ...
 
     class CudaDriverError(CudaError):
         code: int
@@ -69,6 +90,9 @@ def __getattr__(name: str) -> Any:
     if name == "CudaDriverError":
         globals()[name] = error_class = _driver_error_class()
         return error_class
+    if name == "LaunchRefusedError":
+        globals()[name] = error_class = _launch_refused_class()
+        return error_class
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -78,4 +102,5 @@ __all__ = [
     "CudaUnavailableError",
     "KernelArgumentError",
     "LaunchConfigurationError",
+    "LaunchRefusedError",
 ]

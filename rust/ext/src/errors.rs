@@ -20,6 +20,12 @@ pub enum Error {
     /// A launch beyond a device or kernel limit (threads, shared memory, grid, registers,
     /// co-residency, clusters): `LaunchConfigurationError`, a `ValueError`.
     LaunchConfiguration(String),
+    /// A launch the driver refused, explained by the limit it broke: `LaunchRefusedError`,
+    /// both a `LaunchConfigurationError` and a `CudaDriverError` (what numba-cuda raises).
+    LaunchRefused {
+        explanation: String,
+        refused: driver::Error,
+    },
     /// The wrong kind of object (launch configuration, stream, ...): `TypeError`.
     Type(String),
     /// A value out of range or malformed: `ValueError`.
@@ -101,6 +107,25 @@ impl From<Error> for PyErr {
             ),
             Error::LaunchConfiguration(message) => {
                 python_exception(py, "LaunchConfigurationError", (message,))
+            }
+            Error::LaunchRefused {
+                explanation,
+                refused:
+                    driver::Error::Driver {
+                        code, name, during, ..
+                    },
+            } => python_exception(
+                py,
+                "LaunchRefusedError",
+                (
+                    format!("{explanation} ({name} from the driver)"),
+                    code,
+                    name,
+                    during,
+                ),
+            ),
+            Error::LaunchRefused { explanation, .. } => {
+                python_exception(py, "LaunchConfigurationError", (explanation,))
             }
             Error::Type(message) => PyTypeError::new_err(message),
             Error::Value(message) => PyValueError::new_err(message),

@@ -165,11 +165,14 @@ pub fn explain_launch_failure(
     cooperative: bool,
     refused: driver::Error,
 ) -> Error {
-    let driver::Error::Driver { ref name, .. } = refused else {
+    if !matches!(refused, driver::Error::Driver { .. }) {
         return refused.into();
-    };
+    }
     match find_broken_limit(driver, kernel, ordinal, dims, cooperative) {
-        Ok(Some(why)) => Error::LaunchConfiguration(format!("{why} ({name} from the driver)")),
+        Ok(Some(explanation)) => Error::LaunchRefused {
+            explanation,
+            refused,
+        },
         _ => refused.into(),
     }
 }
