@@ -54,18 +54,17 @@ def main() -> None:
         raw._register(fingerprint, code, plan, _core.CompiledKernel(image, entry))
         return raw, raw[1, 1].bind(*arrays)
 
+    cubin = overload._codelibrary.get_cubin(cc=(major, minor, "a" if code >= 90 else ""))
     images = {
-        "numba cubin (fastlaunch's)": (
-            bytes(overload._codelibrary.get_cubin(cc=(major, minor, "a" if code >= 90 else "")).code),
-            overload.entry_name,
-        ),
+        "numba cubin (fastlaunch's)": (bytes(cubin.code), overload.entry_name),
         "numba PTX, driver JIT": (
             overload._codelibrary.get_asm_str(cc=(major, minor)).encode() + b"\0",
             overload.entry_name,
         ),
         "floor bench PTX": (
-            empty_kernel_ptx("empty_d", numba_ptx_types(CASES["D"]), ptx_target((major, minor)))
-            .encode()
+            empty_kernel_ptx(
+                "empty_d", numba_ptx_types(CASES["D"]), ptx_target((major, minor))
+            ).encode()
             + b"\0",
             "empty_d",
         ),
