@@ -71,6 +71,8 @@ try:
 except Exception as e:
     print("fastlaunch.is_available() failed:", type(e).__name__, e)
 EOF
+  section "python -m fastlaunch info"
+  python3 -m fastlaunch info || echo "gpu-run: 'python -m fastlaunch info' exited $?"
   return 0
 }
 
