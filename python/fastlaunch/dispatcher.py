@@ -64,11 +64,15 @@ class UnpackedParameter(TypeError):
 
 
 def plan_entry(numba_param_type: Any, position: int, name: str) -> str:
-    """How Rust packs an argument for a parameter of this numba type (one parameter)."""
-    (entry,) = plan_entries(numba_param_type, position, name) or [None]
-    if entry is None:
-        raise UnpackedParameter(f"argument {position} ({name}): an empty tuple")
-    return entry
+    """How Rust packs an argument for a parameter of this numba type that is one kernel
+    parameter (not a tuple: see ``plan_entries``)."""
+    entries = plan_entries(numba_param_type, position, name)
+    if len(entries) != 1:
+        raise UnpackedParameter(
+            f"argument {position} ({name}): {numba_param_type} is {len(entries)} kernel "
+            "parameters, not one"
+        )
+    return entries[0]
 
 
 def plan_entries(numba_param_type: Any, position: int, name: str) -> list[str]:

@@ -765,22 +765,14 @@ fn read_enum(
     at: Position<'_>,
     scratch: &mut Scratch,
 ) -> Result<()> {
-    let py = arg.py();
-    let value = arg.getattr(intern!(py, "value"))?;
-    let value = if let Ok(flag) = value.cast::<pyo3::types::PyBool>() {
-        Value::Bool(flag.is_true())
-    } else if let Ok(number) = value.extract::<i64>() {
-        Value::Int(i128::from(number))
-    } else if let Ok(number) = value.extract::<u64>() {
-        Value::Int(i128::from(number))
-    } else if let Ok(number) = value.extract::<f64>() {
-        Value::Float(number)
-    } else {
-        return Err(at.error(format!("enum member {arg} has a value numba cannot pass")));
-    };
+    let value = arg.getattr(intern!(arg.py(), "value"))?;
     let [lo, hi] = class.to_le_bytes();
     scratch.fingerprint.extend_from_slice(&[ENUM_TAG, lo, hi]);
-    scratch.values.push(ArgValue::Scalar(value));
+    // The value is an exact int, float or bool (`enum_values_are_numbers`): read it as
+    // such an argument, then drop its type byte, which the enum class already fixes.
+    let class_end = scratch.fingerprint.len();
+    read_arg(&value, at, scratch)?;
+    scratch.fingerprint.truncate(class_end);
     Ok(())
 }
 
@@ -806,7 +798,7 @@ fn read_datetime(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch
 
 /// `"<M8[ns]"` → (0, index of "ns"); `"<m8"` → (1, generic). Multiples (`[10s]`) are not
 /// numba units.
-pub fn parse_datetime_dtype(code: &str) -> Option<(u8, u8)> {
+fn parse_datetime_dtype(code: &str) -> Option<(u8, u8)> {
     let rest = code.trim_start_matches(['<', '>', '=', '|']);
     let kind = match rest.as_bytes().first()? {
         b'M' => 0,
@@ -1294,41 +1286,43 @@ fn read_cai(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> 
 /// The argument that value `value` (in `Scratch::values` order) belongs to: tuples put
 /// several values in one argument. Used to name arguments in errors, off the hot path.
 pub fn argument_of_value(fingerprint: &[u8], value: usize) -> usize {
-    /// Skips one argument's encoding from `i`, counting the values it holds.
-    fn skip(fingerprint: &[u8], i: &mut usize) -> usize {
-        let Some(&tag) = fingerprint.get(*i) else {
-            return 0;
-        };
-        match tag {
-            TUPLE_TAG | NAMED_TUPLE_TAG => {
-                let header = if tag == TUPLE_TAG { 2 } else { 4 };
-                let count = fingerprint.get(*i + header - 1).copied().unwrap_or(0);
-                *i += header;
-                (0..count).map(|_| skip(fingerprint, i)).sum()
-            }
-            ARRAY_TAG => {
-                *i += 4;
-                1
-            }
-            ENUM_TAG | DATETIME_TAG => {
-                *i += 3;
-                1
-            }
-            _ => {
-                *i += 1;
-                1
-            }
-        }
-    }
     let (mut i, mut seen, mut argument) = (0, 0, 0);
     while i < fingerprint.len() {
-        seen += skip(fingerprint, &mut i);
+        seen += skip_argument(fingerprint, &mut i);
         if value < seen {
             return argument;
         }
         argument += 1;
     }
     argument
+}
+
+/// Moves `i` past one argument's encoding in `fingerprint`; returns how many values
+/// (kernel arguments as packed) it holds: several for a tuple, else one.
+pub fn skip_argument(fingerprint: &[u8], i: &mut usize) -> usize {
+    let Some(&tag) = fingerprint.get(*i) else {
+        return 0;
+    };
+    match tag {
+        TUPLE_TAG | NAMED_TUPLE_TAG => {
+            let header = if tag == TUPLE_TAG { 2 } else { 4 };
+            let count = fingerprint.get(*i + header - 1).copied().unwrap_or(0);
+            *i += header;
+            (0..count).map(|_| skip_argument(fingerprint, i)).sum()
+        }
+        ARRAY_TAG => {
+            *i += 4;
+            1
+        }
+        ENUM_TAG | DATETIME_TAG => {
+            *i += 3;
+            1
+        }
+        _ => {
+            *i += 1;
+            1
+        }
+    }
 }
 
 /// A fingerprint decoded into Python descriptors, which Python turns into numba types:

@@ -24,7 +24,9 @@ pub enum Error {
     /// both a `LaunchConfigurationError` and a `CudaDriverError` (what numba-cuda raises).
     LaunchRefused {
         explanation: String,
-        refused: driver::Error,
+        code: driver::sys::CUresult,
+        name: String,
+        during: String,
     },
     /// The wrong kind of object (launch configuration, stream, ...): `TypeError`.
     Type(String),
@@ -110,10 +112,9 @@ impl From<Error> for PyErr {
             }
             Error::LaunchRefused {
                 explanation,
-                refused:
-                    driver::Error::Driver {
-                        code, name, during, ..
-                    },
+                code,
+                name,
+                during,
             } => python_exception(
                 py,
                 "LaunchRefusedError",
@@ -124,9 +125,6 @@ impl From<Error> for PyErr {
                     during,
                 ),
             ),
-            Error::LaunchRefused { explanation, .. } => {
-                python_exception(py, "LaunchConfigurationError", (explanation,))
-            }
             Error::Type(message) => PyTypeError::new_err(message),
             Error::Value(message) => PyValueError::new_err(message),
             Error::Index(message) => PyIndexError::new_err(message),

@@ -44,8 +44,7 @@ pub fn capture_stream() -> Option<usize> {
 /// Whether a launch on `stream` is captured by this thread's `fastlaunch.graph`.
 #[inline]
 pub fn is_capturing(stream: usize) -> bool {
-    let capturing = CAPTURE_STREAM.with(Cell::get);
-    capturing != 0 && capturing == stream
+    capture_stream() == Some(stream)
 }
 
 /// Records the launch just submitted to the capture stream.
@@ -282,7 +281,7 @@ impl GraphLaunch {
     fn set_args(&mut self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
         let kernel = self.kernel.clone_ref(py);
         let names = kernel.bind(py).get().names();
-        self.packed.set_args(py, names, Some(self.ordinal), args)?;
+        self.packed.set_args(names, Some(self.ordinal), args)?;
         Ok(self.update()?)
     }
 
@@ -291,7 +290,7 @@ impl GraphLaunch {
         let kernel = self.kernel.clone_ref(py);
         let names = kernel.bind(py).get().names();
         self.packed
-            .set_arg(py, names, Some(self.ordinal), index, value)?;
+            .set_arg(names, Some(self.ordinal), index, value)?;
         Ok(self.update()?)
     }
 

@@ -884,7 +884,6 @@ impl PackedArgs {
     /// Replaces every argument (same types as packed), repacking them all.
     pub(crate) fn set_args(
         &mut self,
-        py: Python<'_>,
         names: &[String],
         ordinal: Option<usize>,
         args: &Bound<'_, PyTuple>,
@@ -897,7 +896,7 @@ impl PackedArgs {
             )));
         }
         for (index, arg) in args.iter().enumerate() {
-            self.set_arg(py, names, ordinal, index, &arg)?;
+            self.set_arg(names, ordinal, index, &arg)?;
         }
         Ok(())
     }
@@ -906,7 +905,6 @@ impl PackedArgs {
     /// With `ordinal`, the array is checked to be reachable from that device.
     pub(crate) fn set_arg(
         &mut self,
-        _py: Python<'_>,
         names: &[String],
         ordinal: Option<usize>,
         index: usize,
@@ -963,17 +961,12 @@ pub struct BoundLaunch {
 
 /// The fingerprint bytes each argument contributed, in order.
 fn split_fingerprint(fingerprint: &[u8]) -> Vec<Box<[u8]>> {
-    use crate::classify::{ARRAY_TAG, DATETIME_TAG, ENUM_TAG};
     let mut parts = Vec::new();
     let mut i = 0;
     while i < fingerprint.len() {
-        let len = match fingerprint[i] {
-            ARRAY_TAG => 4,
-            ENUM_TAG | DATETIME_TAG => 3,
-            _ => 1,
-        };
-        parts.push(fingerprint[i..(i + len).min(fingerprint.len())].into());
-        i += len;
+        let start = i;
+        crate::classify::skip_argument(fingerprint, &mut i);
+        parts.push(fingerprint[start..i.min(fingerprint.len())].into());
     }
     parts
 }
@@ -1055,7 +1048,7 @@ impl BoundLaunch {
     fn set_args(&mut self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
         let kernel = self.kernel.clone_ref(py);
         let names = kernel.bind(py).get().names();
-        Ok(self.packed.set_args(py, names, Some(self.ordinal), args)?)
+        Ok(self.packed.set_args(names, Some(self.ordinal), args)?)
     }
 
     /// Replaces argument `index` by `value` of the same type, repacking only its slots.
@@ -1064,7 +1057,7 @@ impl BoundLaunch {
         let names = kernel.bind(py).get().names();
         Ok(self
             .packed
-            .set_arg(py, names, Some(self.ordinal), index, value)?)
+            .set_arg(names, Some(self.ordinal), index, value)?)
     }
 }
 

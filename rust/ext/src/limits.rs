@@ -165,13 +165,21 @@ pub fn explain_launch_failure(
     cooperative: bool,
     refused: driver::Error,
 ) -> Error {
-    if !matches!(refused, driver::Error::Driver { .. }) {
+    let driver::Error::Driver {
+        code,
+        ref name,
+        ref during,
+        ..
+    } = refused
+    else {
         return refused.into();
-    }
+    };
     match find_broken_limit(driver, kernel, ordinal, dims, cooperative) {
         Ok(Some(explanation)) => Error::LaunchRefused {
             explanation,
-            refused,
+            code,
+            name: name.clone(),
+            during: during.clone(),
         },
         _ => refused.into(),
     }
@@ -327,7 +335,7 @@ pub fn check_devices(
             if device != ordinal {
                 let found = ValueAt {
                     value,
-                    argument: value,
+                    argument: crate::classify::argument_of_value(&scratch.fingerprint, value),
                 };
                 reach_peer(driver, ordinal, device, at(found), "cuPointerGetAttribute")?;
             }
