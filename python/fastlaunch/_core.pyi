@@ -112,6 +112,10 @@ class Launcher:
     def sharedmem(self) -> int: ...
     @property
     def cluster(self) -> tuple[int, int, int] | None: ...
+    @property
+    def args(self) -> tuple[Any, ...] | None:
+        """The arguments of the launch compiling on this thread (numba-cuda's
+        ``launch_config.args``); None outside a launch-triggered compile."""
 
 @final
 class BoundLaunch:

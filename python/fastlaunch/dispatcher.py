@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -172,6 +173,7 @@ class Kernel(_core.Kernel):
             # Extensions rewrite arguments in Python (prepare_args) on every launch.
             self._set_always_numba(True)
         self.numba_launches = 0
+        _compile_through(dispatcher, self)
 
     @property
     def py_func(self) -> Callable[..., Any]:
@@ -214,13 +216,56 @@ class Kernel(_core.Kernel):
         # Pickled as its numba-cuda dispatcher (for multiprocessing); compiled again on use.
         return (Kernel, (self._dispatcher,))
 
+    # -- numba-cuda's launch-configuration API (numba.cuda.launchconfig) ---------------
+
+    def _compile_for_args(self, *args: Any, **kws: Any) -> Any:
+        """numba-cuda's ``_compile_for_args``, which compiles on a launch. It is looked up
+        here, so wrapping it on a fastlaunch kernel (as
+        ``numba.cuda.launchconfig.capture_compile_config`` does) sees those compiles."""
+        dispatcher = self._dispatcher
+        return type(dispatcher)._compile_for_args(dispatcher, *args, **kws)
+
+    def mark_launch_config_sensitive(self) -> None:
+        """Marks the compile in progress as depending on the launch configuration
+        (numba-cuda's API, for code generated from the block size): launches of such a
+        kernel then go through numba-cuda, which compiles it per configuration."""
+        from numba.cuda import launchconfig
+
+        config = launchconfig.ensure_current_launch_config()
+        if config.dispatcher is not self and config.dispatcher is not self._dispatcher:
+            raise RuntimeError(
+                "mark_launch_config_sensitive() must be called on the active "
+                "launch configuration's dispatcher"
+            )
+        config._kernel_launch_config_sensitive = True
+
+    def _current_launch_args(self) -> Any:
+        """The arguments of the launch compiling on this thread (``launch_config.args``)."""
+        from numba.cuda.cext import _dispatcher
+
+        return _dispatcher.get_current_launch_args()
+
     # -- the miss path: type, compile, register --------------------------------------
 
-    def _on_miss(self, args: tuple, fingerprint: bytes, compute_capability: int) -> None:
+    def _on_miss(
+        self,
+        args: tuple,
+        fingerprint: bytes,
+        compute_capability: int,
+        configuration: tuple[tuple, tuple, Any, int],
+    ) -> None:
         descriptors = _core.describe(fingerprint)
         argtypes = tuple(numba_type(d) for d in descriptors)
+        # Not under the compile lock: numba-cuda's compiler lock serialises compiles, and
+        # code run during a compile (launch-config-sensitive typing) may wait on another
+        # thread's compile, as under numba-cuda.
+        kernel = self._select_overload(argtypes, args, configuration)
+        if getattr(kernel, "launch_config_sensitive", False) or getattr(
+            self._dispatcher, "_launch_config_sensitive", False
+        ):
+            self._register_launch_config_sensitive(fingerprint, compute_capability)
+            return
         with self._compile_lock:
-            kernel = self._select_overload(argtypes)
             params = tuple(kernel.signature.args)
             for i, (expected, given) in enumerate(zip(params, argtypes, strict=True)):
                 _check_argument(expected, given, i, self._name(i))
@@ -270,12 +315,28 @@ class Kernel(_core.Kernel):
                 write_back.append((arg, contiguous))
             else:
                 prepared.append(arg)
-        numba_stream = _stream_for_numba(stream)
-        self._dispatcher[griddim, blockdim, numba_stream, sharedmem](*prepared)
+        # numba-cuda's launch (`CUDADispatcher.call`), configured as fastlaunch's launches
+        # are: the configuration's dispatcher is this kernel (`launchconfig`), and the
+        # low-occupancy warning was given once already.
+        config = _launch_configuration(self, griddim, blockdim, stream, sharedmem)
+        self._dispatcher.call(tuple(prepared), config)
         if write_back:
-            numba_stream.sync()
+            config.stream.sync()
             for original, contiguous in write_back:
                 original[...] = contiguous
+
+    def _register_launch_config_sensitive(
+        self, fingerprint: bytes, compute_capability: int
+    ) -> None:
+        """A kernel compiled for one launch configuration: numba-cuda keeps one compile per
+        configuration (``_select_launch_config_dispatcher``), so it launches this kernel
+        from now on."""
+        _log.info(
+            "%s is launch-config sensitive: numba-cuda launches it, compiling per configuration",
+            self.__qualname__,
+        )
+        self._set_always_numba(True)
+        self._register(fingerprint, compute_capability, None, self._launch_with_numba)
 
     def _numba_target(self, kernel: Any) -> Callable[..., None]:
         """An overload launched by numba-cuda's ``_Kernel.launch`` (parameter types Rust does
@@ -289,7 +350,9 @@ class Kernel(_core.Kernel):
     def _name(self, position: int) -> str:
         return self._names[position] if position < len(self._names) else f"arg{position}"
 
-    def _select_overload(self, argtypes: tuple) -> Any:
+    def _select_overload(
+        self, argtypes: tuple, args: tuple, configuration: tuple[tuple, tuple, Any, int]
+    ) -> Any:
         """numba-cuda's overload for these argument types, compiling when allowed."""
         dispatcher = self._dispatcher
         if dispatcher.specialized:
@@ -299,7 +362,7 @@ class Kernel(_core.Kernel):
             return exact
         if dispatcher._can_compile:
             started = time.perf_counter()
-            kernel = dispatcher.compile(argtypes)
+            kernel = self._compile_for_launch(argtypes, args, configuration)
             _log.debug(
                 "compiled %s(%s) in %.0f ms",
                 self.__qualname__,
@@ -315,6 +378,27 @@ class Kernel(_core.Kernel):
                 "No matching definition for argument type(s) " + ", ".join(map(str, argtypes))
             )
         return dispatcher.overloads[tuple(signature.args)]
+
+    def _compile_for_launch(
+        self, argtypes: tuple, args: tuple, configuration: tuple[tuple, tuple, Any, int]
+    ) -> Any:
+        """Compiles as numba-cuda's own launch does: through its C dispatcher, with the
+        launch configuration current (``numba.cuda.launchconfig.current_launch_config()``,
+        whose ``dispatcher`` is this kernel) and the launch's arguments in
+        ``launch_config.args``. numba types fastlaunch's argument types, not the objects
+        (which may be kinds only fastlaunch reads, such as DLPack-only tensors)."""
+        from numba.cuda.cext import _dispatcher
+
+        config = _launch_configuration(self, *configuration)
+        previous = config._push_args(args)
+        try:
+            return _dispatcher.Dispatcher._cuda_call(
+                self._dispatcher,
+                *(_Typed(t) for t in argtypes),
+                __numba_cuda_launch_config__=config,
+            )
+        finally:
+            config._pop_args(previous)
 
     def _target(self, kernel: Any, compute_capability: int) -> Any:
         """What Rust launches for a numba ``_Kernel``: its linked cubin, loaded once; or,
@@ -347,6 +431,49 @@ class Kernel(_core.Kernel):
             )
         self._compiled[key] = (kernel, target)
         return target
+
+
+class _Typed:
+    """Stands for an argument of a known numba type (numba's typeof reads ``_numba_type_``)."""
+
+    __slots__ = ("_numba_type_",)
+
+    def __init__(self, numba_type: Any) -> None:
+        self._numba_type_ = numba_type
+
+
+def _launch_configuration(
+    kernel: Kernel, griddim: tuple, blockdim: tuple, stream: Any, sharedmem: int
+) -> Any:
+    """numba-cuda's ``_LaunchConfiguration`` for a launch that compiles. Built without its
+    ``__init__``, which would warn of low occupancy again (fastlaunch already has, once)."""
+    from numba.cuda.dispatcher import _LaunchConfiguration
+
+    config = _LaunchConfiguration.__new__(_LaunchConfiguration)
+    config.dispatcher = kernel
+    config.griddim = griddim
+    config.blockdim = blockdim
+    config.stream = _stream_for_numba(stream)
+    config.sharedmem = sharedmem
+    config.pre_launch_callbacks = []
+    config._kernel_launch_config_sensitive = None
+    return config
+
+
+def _compile_through(dispatcher: Any, kernel: Kernel) -> None:
+    """Makes numba-cuda's dispatcher compile through ``kernel._compile_for_args``: numba's C
+    dispatcher looks the method up on its own dispatcher, and a wrapper set on the fastlaunch
+    kernel must see compiles all the same. A weak reference: the kernel owns the dispatcher."""
+    kernel_ref = weakref.ref(kernel)
+    unwrapped = type(dispatcher)._compile_for_args
+
+    def compile_for_args(*args: Any, **kws: Any) -> Any:
+        owner = kernel_ref()
+        if owner is None:
+            return unwrapped(dispatcher, *args, **kws)
+        return owner._compile_for_args(*args, **kws)
+
+    dispatcher._compile_for_args = compile_for_args
 
 
 def _parameter_names(func: Callable[..., Any]) -> list[str] | None:

@@ -561,6 +561,17 @@ impl Launcher {
     fn cluster(&self) -> Option<(u32, u32, u32)> {
         self.cluster.map(|[x, y, z]| (x, y, z))
     }
+
+    /// The arguments of the launch compiling on this thread, as numba-cuda's
+    /// `_LaunchConfiguration.args` (None outside a launch-triggered compile).
+    #[getter]
+    fn args(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self
+            .kernel
+            .bind(py)
+            .call_method0(intern!(py, "_current_launch_args"))?
+            .unbind())
+    }
 }
 
 fn check_argument_count(names: &[String], given: usize) -> Result<()> {
@@ -577,11 +588,14 @@ fn check_argument_count(names: &[String], given: usize) -> Result<()> {
 
 /// Classifies `args` into `scratch` and finds their overload, entering Python (to type and
 /// compile) only when the table has none. `None`: an argument only numba-cuda can pass.
+/// A miss gets the launch configuration too: numba-cuda compiles with it current
+/// (`numba.cuda.launchconfig`), and launch-config-sensitive kernels depend on it.
 #[inline]
 fn resolve(
     py: Python<'_>,
     kernel_object: &Bound<'_, Kernel>,
     args: &Bound<'_, PyTuple>,
+    (dims, stream): (&LaunchDims, &Py<PyAny>),
     compute_capability: u32,
     scratch: &mut Scratch,
 ) -> Result<Option<Arc<Overload>>> {
@@ -602,9 +616,15 @@ fn resolve(
     }
     kernel.misses.fetch_add(1, Ordering::Relaxed);
     let fingerprint = PyBytes::new(py, &scratch.fingerprint);
+    let (_, griddim, blockdim, stream, sharedmem) = launch_arguments(py, args, dims, stream);
     kernel_object.call_method1(
         intern!(py, "_on_miss"),
-        (args, fingerprint, compute_capability),
+        (
+            args,
+            fingerprint,
+            compute_capability,
+            (griddim, blockdim, stream, sharedmem),
+        ),
     )?;
     kernel
         .find(&scratch.fingerprint, compute_capability)
@@ -644,7 +664,16 @@ fn launch(
     with_scratch(|scratch| {
         scratch.reset();
         scratch.launch_stream = dims.stream;
-        let Some(overload) = resolve(py, kernel_object, args, compute_capability, scratch)? else {
+        let configuration = (dims, stream);
+        let Some(overload) = resolve(
+            py,
+            kernel_object,
+            args,
+            configuration,
+            compute_capability,
+            scratch,
+        )?
+        else {
             return launch_with_numba(py, kernel_object, dims, stream, args);
         };
         if !scratch.claimed_devices.is_empty()
@@ -983,7 +1012,15 @@ impl Launcher {
             launch_stream: self.dims.stream,
             ..Scratch::default()
         };
-        let overload = resolve(py, kernel_object, args, compute_capability, &mut scratch)?;
+        let configuration = (&self.dims, &self.stream);
+        let overload = resolve(
+            py,
+            kernel_object,
+            args,
+            configuration,
+            compute_capability,
+            &mut scratch,
+        )?;
         let Some((Target::Compiled(code), Some(plan))) =
             overload.as_ref().map(|o| (&o.target, &o.plan))
         else {
