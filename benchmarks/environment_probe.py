@@ -52,6 +52,14 @@ def function_of(image: bytes, entry: str) -> tuple[object, object]:
     return module, check(cu.cuModuleGetFunction(module, entry.encode()))
 
 
+def library_handles(image: bytes, entry: str) -> tuple[object, object, object]:
+    """(library, CUkernel as a CUfunction, the kernel's CUfunction in this context), as
+    fastlaunch loads images (``cuLibraryLoadData``)."""
+    library = check(cu.cuLibraryLoadData(image, None, None, 0, None, None, 0))
+    kernel = check(cu.cuLibraryGetKernel(library, entry.encode()))
+    return library, cu.CUfunction(int(kernel)), check(cu.cuKernelGetFunction(kernel))
+
+
 def attribute(function: object, name: str) -> int:
     return check(cu.cuFuncGetAttribute(getattr(cu.CUfunction_attribute, name), function))
 
@@ -95,6 +103,10 @@ def main() -> None:
             module, function = function_of(image, name)
             keep.append(module)
             functions[label] = function
+            library, as_function, in_context = library_handles(image, name)
+            keep.append(library)
+            functions[f"{label}, library CUkernel"] = as_function
+            functions[f"{label}, library CUfunction"] = in_context
             local = attribute(function, "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES")
             registers = attribute(function, "CU_FUNC_ATTRIBUTE_NUM_REGS")
             print(f"{case_id} {label:12} local bytes/thread {local}, registers {registers}")

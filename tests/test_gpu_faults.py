@@ -275,3 +275,30 @@ def test_ten_thousand_kernel_images_load_launch_and_unload():
     np.testing.assert_array_equal(a.copy_to_host(), 5)
     assert after_dropping - start < 64
     assert after_release - start < 64
+
+
+def test_kernels_launch_again_after_numba_resets_the_context():
+    # cuda.close() resets the primary context (cuDevicePrimaryCtxReset): fastlaunch's cached
+    # kernel functions belong to the old context and must not be launched in the new one.
+    out = run_child(
+        """
+        import numpy as np
+        from numba import cuda
+        import fastlaunch as fl
+
+        @fl.jit
+        def add_one(a):
+            i = cuda.grid(1)
+            if i < a.size:
+                a[i] += 1
+
+        for round in range(3):
+            a = cuda.to_device(np.arange(64, dtype=np.float32))
+            add_one[2, 32](a)
+            add_one[2, 32].bind(a)()
+            assert (a.copy_to_host() == np.arange(64) + 2).all(), round
+            cuda.close()
+        print("relaunched after reset")
+        """
+    )
+    assert "relaunched after reset" in out

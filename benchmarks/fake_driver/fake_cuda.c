@@ -35,6 +35,7 @@ int cuCtxSetCurrent(void *context) { current_context = context; return OK; }
 int cuCtxPushCurrent_v2(void *context) { current_context = context; return OK; }
 int cuCtxPopCurrent_v2(void **context) { *context = current_context; current_context = 0; return OK; }
 int cuCtxGetDevice(int *device) { *device = 0; return OK; }
+int cuCtxGetId(void *context, unsigned long long *id) { *id = (unsigned long long)(size_t)context; return OK; }
 int cuCtxSynchronize(void) { return OK; }
 int cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = *total = (size_t)1 << 34; return OK; }
 int cuLibraryLoadData(void **library) { *library = &library_token; return OK; }

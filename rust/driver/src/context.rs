@@ -276,6 +276,18 @@ impl Driver {
         })
     }
 
+    /// The context's unique id (`cuCtxGetId`): never reused within a process, so unlike the
+    /// handle it tells a primary context re-created after a reset from the one before.
+    /// `None` when the driver lacks the call (before CUDA 12.0) or refuses it.
+    #[inline]
+    pub fn context_id(&self, context: Context) -> Option<u64> {
+        let get_id = self.api.ctx_get_id?;
+        let mut id = 0u64;
+        // SAFETY: a valid out-pointer; the driver validates the handle.
+        let code = unsafe { get_id(context.0, &mut id) };
+        (code == sys::CUDA_SUCCESS).then_some(id)
+    }
+
     /// The device a context belongs to: a primary context is recognised without
     /// a driver call; any other asks the driver (the context must be current).
     fn device_of(&self, context: CUcontext) -> Result<usize> {

@@ -236,6 +236,8 @@ driver_api! {
     }
 
     optional {
+        // A context's unique id (CUDA 12.0+).
+        ctx_get_id = "cuCtxGetId": fn(CUcontext, *mut u64);
         // The node a capture just added: _v3 (CUDA 12.3+) adds edge data; _v2 for older drivers.
         stream_get_capture_info_v3 = "cuStreamGetCaptureInfo_v3": fn(
             CUstream, *mut c_int, *mut u64, *mut CUgraph,

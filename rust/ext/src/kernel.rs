@@ -7,12 +7,13 @@
 //! Python subclass's `_on_miss` types the arguments with numba, compiles, and calls
 //! `_register`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
-use fastlaunch_driver::{self as driver, KernelAttribute, LaunchDims, Library};
+use fastlaunch_driver::sys::CUfunction;
+use fastlaunch_driver::{self as driver, KernelAttribute, LaunchContext, LaunchDims, Library};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use pyo3::{ffi, intern};
@@ -29,6 +30,8 @@ use crate::streams;
 pub struct CompiledCode {
     _library: Library,
     kernel: driver::Kernel,
+    /// Unique in the process (never reused): keys this image's functions per context.
+    id: u64,
     cooperative: bool,
     entry: String,
     shared_memory: SharedMemoryOptIn,
@@ -60,6 +63,7 @@ impl CompiledKernel {
             code: Arc::new(CompiledCode {
                 _library: library,
                 kernel,
+                id: NEXT_CODE_ID.fetch_add(1, Ordering::Relaxed),
                 cooperative,
                 entry: entry.to_owned(),
                 shared_memory: SharedMemoryOptIn::default(),
@@ -704,7 +708,7 @@ fn launch(
                 // packs one 8-byte slot per flattened parameter of the compiled entry, as
                 // numba's data model lays them out; the argument objects (and any DLPack
                 // capsules in the scratch) are alive until the launch is submitted.
-                unsafe { code.launch(py, driver, context.ordinal, dims, cluster, params) }?;
+                unsafe { code.launch(py, driver, &context, dims, cluster, params) }?;
                 if graphs::is_capturing(dims.stream) && !scratch.has_tuple {
                     let packed = PackedArgs::new(plan, scratch, names, args)?;
                     graphs::record(driver, kernel_object, code, dims.stream, packed)?;
@@ -762,9 +766,47 @@ fn launch_with_numba(
     Ok(())
 }
 
+/// The next [`CompiledCode::id`]; 0 is never an id (it marks empty [`FUNCTIONS`] slots).
+static NEXT_CODE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Slots in each thread's cache of kernel functions (a power of two).
+const FUNCTION_SLOTS: usize = 64;
+
+thread_local! {
+    /// The functions this thread launched, as (image id, context id, `CUfunction`), direct
+    /// mapped by the two ids: a hit costs two compares, a miss one `cuKernelGetFunction`.
+    static FUNCTIONS: [Cell<(u64, u64, usize)>; FUNCTION_SLOTS] =
+        const { [const { Cell::new((0, 0, 0)) }; FUNCTION_SLOTS] };
+}
+
 impl CompiledCode {
-    /// Launches on device `ordinal` (whose context is current), opting in to dynamic shared
-    /// memory above 48 KiB, and explains a refused launch by the limit it broke.
+    /// What to launch in `context` (current on this thread): the kernel's own function in
+    /// that context. Launching the library's `CUkernel` handle instead makes the driver
+    /// spend more per launch on numba's images: on an H200, 26 arrays cost 5.7 µs against
+    /// 4.1 through the function (`benchmarks/environment_probe.py`). The cache is keyed by
+    /// the context's unique id, so a context re-created by a reset misses; drivers without
+    /// `cuCtxGetId` get the `CUkernel` handle.
+    #[inline]
+    fn function_in(&self, driver: &driver::Driver, context: driver::Context) -> Result<CUfunction> {
+        let Some(context_id) = driver.context_id(context) else {
+            return Ok(self.kernel.as_function());
+        };
+        let mixed = (self.id ^ context_id.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let slot = (mixed >> 58) as usize % FUNCTION_SLOTS;
+        FUNCTIONS.with(|slots| {
+            let (code_id, known_context, function) = slots[slot].get();
+            if code_id == self.id && known_context == context_id {
+                return Ok(function as CUfunction);
+            }
+            let function = self.kernel.function_in_current_context(driver)?;
+            slots[slot].set((self.id, context_id, function as usize));
+            Ok(function)
+        })
+    }
+
+    /// Launches on device `launch.ordinal` in `launch.context` (current on this thread),
+    /// opting in to dynamic shared memory above 48 KiB, and explains a refused launch by
+    /// the limit it broke.
     ///
     /// # Safety
     /// `params` must hold one pointer per flattened kernel parameter (see [`Plan`]).
@@ -773,19 +815,21 @@ impl CompiledCode {
         &self,
         py: Python<'_>,
         driver: &driver::Driver,
-        ordinal: usize,
+        launch: &LaunchContext,
         dims: &LaunchDims,
         cluster: Option<[u32; 3]>,
         params: *mut *mut std::ffi::c_void,
     ) -> Result<()> {
+        let ordinal = launch.ordinal;
         if dims.shared_mem_bytes > DEFAULT_DYNAMIC_SHARED_BYTES {
             self.shared_memory
                 .allow(driver, &self.kernel, ordinal, dims.shared_mem_bytes)?;
         }
+        let function = FunctionHandle(self.function_in(driver, launch.context)?);
         let params = ParamPointers(params);
         let submit = move || {
-            let params = params;
-            let function = self.kernel.as_function();
+            let (params, function) = (params, function);
+            let function = function.0;
             // SAFETY: guaranteed by the caller.
             unsafe {
                 if self.cooperative || cluster.is_some() {
@@ -815,6 +859,13 @@ impl CompiledCode {
 
 /// Below this many blocks numba-cuda warns of low occupancy (`NumbaPerformanceWarning`).
 const LOW_OCCUPANCY_BLOCKS: u32 = 128;
+
+/// A kernel function handle, sent into a GIL-released launch.
+#[derive(Clone, Copy)]
+struct FunctionHandle(CUfunction);
+
+// SAFETY: a function handle is an opaque token the driver accepts from any thread.
+unsafe impl Send for FunctionHandle {}
 
 /// The parameter pointer array, sent into a GIL-released launch.
 #[derive(Clone, Copy)]
@@ -1071,7 +1122,7 @@ impl BoundLaunch {
                 .launch(
                     py,
                     driver,
-                    self.ordinal,
+                    &current,
                     &self.dims,
                     self.cluster,
                     self.packed.pointers(),
