@@ -57,6 +57,16 @@ impl ParamBuffer {
         self.slots.push(value as u64);
     }
 
+    #[inline]
+    pub fn extend_u64(&mut self, values: &[u64]) {
+        self.slots.extend_from_slice(values);
+    }
+
+    #[inline]
+    pub fn extend_i64(&mut self, values: &[i64]) {
+        self.slots.extend(values.iter().map(|&value| value as u64));
+    }
+
     /// A value of at most 8 bytes, stored little-endian at the start of its slot.
     #[inline]
     pub fn push_bytes<const N: usize>(&mut self, bytes: [u8; N]) {
@@ -76,14 +86,24 @@ impl ParamBuffer {
         self.slots.push(value.to_bits());
     }
 
-    /// The `void**` for the driver: valid until the buffer is next changed.
+    /// The `void**` for the driver: valid until the buffer is next changed. Pointer `i` is
+    /// `slots + i` and the slots are reused between launches, so the pointers are rebuilt
+    /// only when the slots moved (they grew) and written only past those built before.
     #[inline]
     pub fn as_params(&mut self) -> *mut *mut c_void {
-        self.pointers.clear();
         let base = self.slots.as_mut_ptr();
-        // `wrapping_add` stays inside the slots allocation for every index below len.
+        if self
+            .pointers
+            .first()
+            .is_some_and(|&first| first != base.cast::<c_void>())
+        {
+            self.pointers.clear();
+        }
+        let built = self.pointers.len();
+        // `wrapping_add` stays inside the slots allocation for every index below len; the
+        // pointers built before, past len, are inside it too (the allocation never shrinks).
         self.pointers
-            .extend((0..self.slots.len()).map(|i| base.wrapping_add(i).cast::<c_void>()));
+            .extend((built..self.slots.len()).map(|i| base.wrapping_add(i).cast::<c_void>()));
         self.pointers.as_mut_ptr()
     }
 }
@@ -116,6 +136,23 @@ mod tests {
             // SAFETY: 40 pointers, each to a live u64 slot.
             let value = unsafe { *(*params.add(i)).cast::<u64>() };
             assert_eq!(value, i as u64 * 3);
+        }
+    }
+
+    #[test]
+    fn params_follow_the_slots_when_they_grow_and_move() {
+        let mut buffer = ParamBuffer::with_capacity(1);
+        for round in 1..200u64 {
+            buffer.clear();
+            for i in 0..round {
+                buffer.push_u64(i + round);
+            }
+            let params = buffer.as_params();
+            for i in 0..round as usize {
+                // SAFETY: `round` pointers, each to a live u64 slot.
+                let value = unsafe { *(*params.add(i)).cast::<u64>() };
+                assert_eq!(value, i as u64 + round);
+            }
         }
     }
 

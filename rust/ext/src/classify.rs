@@ -215,7 +215,8 @@ impl Position<'_> {
 /// Reads one argument into `scratch`: its value and its fingerprint bytes.
 #[inline]
 pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
-    let type_ptr = arg.get_type().as_ptr();
+    // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+    let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) };
     // SAFETY: reading the address of static builtin type objects.
     unsafe {
         if type_ptr == (&raw mut ffi::PyFloat_Type).cast() {
@@ -306,7 +307,8 @@ fn type_name(arg: &Bound<'_, PyAny>) -> String {
 }
 
 fn strategy_for(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy> {
-    let type_ptr = arg.get_type().as_ptr() as usize;
+    // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+    let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
     let cached = TYPES.with(|types| {
         types
             .borrow()

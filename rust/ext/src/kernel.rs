@@ -605,7 +605,8 @@ fn resolve(
 ) -> Result<Option<Arc<Overload>>> {
     let kernel = kernel_object.get();
     let names = kernel.names();
-    for (index, arg) in args.iter().enumerate() {
+    // Borrowed items: the tuple holds them, so reading takes no references.
+    for (index, arg) in args.iter_borrowed().enumerate() {
         let at = Position {
             index,
             name: names.get(index).map_or("", String::as_str),

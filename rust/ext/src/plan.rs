@@ -130,14 +130,9 @@ impl Plan {
                     .ok_or_else(|| {
                         Error::Value(format!("argument {index}: array dimensions out of range"))
                     })?;
-                out.push_u64(0); // meminfo
-                out.push_u64(0); // parent
-                out.push_u64(array.nitems);
-                out.push_u64(array.itemsize);
-                out.push_u64(array.data);
-                for &extent_or_stride in extents_and_strides {
-                    out.push_i64(extent_or_stride);
-                }
+                // meminfo, parent, nitems, itemsize, data, then shape and strides
+                out.extend_u64(&[0, 0, array.nitems, array.itemsize, array.data]);
+                out.extend_i64(extents_and_strides);
             }
             (Some(Param::Scalar(target)), ArgValue::Scalar(value)) => {
                 let slots = value.convert(*target).map_err(|message| {
