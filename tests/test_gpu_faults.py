@@ -222,8 +222,8 @@ def test_an_array_on_another_device_is_refused_naming_both():
     tensor = torch.zeros(16, device="cuda")
     with pytest.raises(
         fl.KernelArgumentError,
-        match=rf"argument 0 \(a\): its memory is on device {other} \(its DLPack device says "
-        r"so\) but the launch is on device 0",
+        match=rf"argument 0 \(a\): its memory is on device {other} \(the device its source "
+        r"names\) but the launch is on device 0",
     ):
         fill[1, 16](OnAnotherDevice(tensor, other), np.float32(1))
     _still_launches()

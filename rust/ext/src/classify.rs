@@ -3,9 +3,9 @@
 //!
 //! Python builtins are recognised by exact type pointer. Every other type is
 //! resolved once per thread to a [`Strategy`] (NumPy scalar, numba device array,
-//! CuPy array, DLPack C exchange API producer such as torch, generic CUDA Array
-//! Interface, generic `__dlpack__`), cached by type pointer; the type is held so the
-//! pointer cannot be reused.
+//! cuda.core `Buffer` / `StridedMemoryView`, CuPy array, DLPack C exchange API producer
+//! such as torch, generic CUDA Array Interface, generic `__dlpack__`), cached by type
+//! pointer; the type is held so the pointer cannot be reused.
 //!
 //! Fingerprint encoding, per argument:
 //! - scalar: one byte, the [`Scalar`] code;
@@ -25,7 +25,7 @@ use pyo3::exceptions::PyAttributeError;
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyInt, PyString, PyTuple, PyType};
 use smallvec::SmallVec;
 
 use crate::dlpack::{self, DLTensor, ExchangeApi};
@@ -139,6 +139,10 @@ enum Strategy {
     Numba,
     NumpyScalar(Scalar),
     NumbaDeviceArray,
+    /// cuda.core `Buffer`: bytes, typed as numba-cuda types them (1-D C uint8, writable).
+    CoreBuffer,
+    /// cuda.core `StridedMemoryView`: read through its attributes.
+    CoreStridedView,
     CupyArray,
     Exchange(ExchangeApi),
     CudaArrayInterface,
@@ -243,6 +247,8 @@ pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch)
             push_scalar(scratch, scalar, value)
         }
         Strategy::NumbaDeviceArray => read_numba_array(arg, at, scratch),
+        Strategy::CoreBuffer => read_core_buffer(arg, at, scratch),
+        Strategy::CoreStridedView => read_core_view(arg, at, scratch),
         Strategy::CupyArray => {
             scratch.has_cupy = true;
             read_cupy_array(arg, at, scratch)
@@ -357,6 +363,11 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
             };
         }
     }
+    // Before the protocols: a view offers the DLPack C exchange API, whose tensor carries
+    // no read-only flag, and a buffer's `__dlpack__` says int8 where numba-cuda says uint8.
+    if let Some(strategy) = cuda_core_strategy(&arg.get_type()) {
+        return Ok(strategy);
+    }
     if class
         .getattr("__cuda_ndarray__")
         .is_ok_and(|v| v.is_truthy().unwrap_or(false))
@@ -425,6 +436,25 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
          __cuda_array_interface__ or __dlpack__, or a bool, int, float, complex or NumPy scalar)",
         type_name(arg)
     )))
+}
+
+/// cuda.core's `Buffer` and `StridedMemoryView`, and subclasses of them, found by module and
+/// name along the MRO so that cuda.core is never imported here (its classes live in versioned
+/// modules such as `cuda.core._memory._buffer`).
+fn cuda_core_strategy(class: &Bound<'_, PyType>) -> Option<Strategy> {
+    class.mro().iter().find_map(|base| {
+        let base = base.cast::<PyType>().ok()?;
+        let module = base.module().ok()?;
+        let module = module.to_str().ok()?;
+        if module != "cuda.core" && !module.starts_with("cuda.core.") {
+            return None;
+        }
+        match base.name().ok()?.to_str().ok()? {
+            "Buffer" => Some(Strategy::CoreBuffer),
+            "StridedMemoryView" => Some(Strategy::CoreStridedView),
+            _ => None,
+        }
+    })
 }
 
 /// The element type of a NumPy dtype object, cached per dtype object.
@@ -575,18 +605,20 @@ fn push_array(
             }
             scratch.dims.extend(strides);
         }
-        None => {
-            // C-contiguous strides.
-            let itemsize = scalar.itemsize() as i64;
-            scratch.dims.resize(staged + 2 * ndim, 0);
-            let mut stride = itemsize;
-            for d in (0..ndim).rev() {
-                scratch.dims[staged + ndim + d] = stride;
-                stride = stride.saturating_mul(scratch.dims[staged + d].max(1));
-            }
-        }
+        None => append_c_strides(&mut scratch.dims, staged, scalar.itemsize() as i64),
     }
     push_staged_array(scratch, at, data, scalar, staged, readonly)
+}
+
+/// Appends C-contiguous byte strides for the shape staged in `dims` from `staged` on.
+fn append_c_strides(dims: &mut Vec<i64>, staged: usize, itemsize: i64) {
+    let ndim = dims.len() - staged;
+    dims.resize(staged + 2 * ndim, 0);
+    let mut stride = itemsize;
+    for d in (0..ndim).rev() {
+        dims[staged + ndim + d] = stride;
+        stride = stride.saturating_mul(dims[staged + d].max(1));
+    }
 }
 
 /// Records an array whose shape and byte strides are the last values of `scratch.dims`,
@@ -1022,7 +1054,7 @@ fn read_numba_array_fields<'py>(
     let py = arg.py();
     let fields = arg.getattr(intern!(py, "__dict__"))?;
     let fields = fields.cast::<PyDict>().ok();
-    let field = |name: &Bound<'py, pyo3::types::PyString>| field_of(arg, fields, name);
+    let field = |name: &Bound<'py, PyString>| field_of(arg, fields, name);
     let Some(scalar) = element_type(&field(intern!(py, "dtype"))?, at)? else {
         scratch.needs_numba = true;
         return Ok(());
@@ -1051,11 +1083,35 @@ fn int_as_u64(value: &Bound<'_, PyAny>) -> PyResult<u64> {
     Ok(number)
 }
 
+/// An int as i64 with one C call.
+fn int_as_i64(value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    // SAFETY: a valid object; failure returns -1 with an exception set.
+    let number = unsafe { ffi::PyLong_AsLongLong(value.as_ptr()) };
+    if number == -1 {
+        if let Some(err) = PyErr::take(value.py()) {
+            return Err(err);
+        }
+    }
+    Ok(number)
+}
+
+/// A device pointer given as an int, or as an object `int()` converts (a cuda.bindings
+/// `CUdeviceptr`).
+fn pointer_as_u64(value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if value.is_exact_instance_of::<PyInt>() {
+        return int_as_u64(value);
+    }
+    // SAFETY: PyNumber_Long returns a new reference, or null with an exception set.
+    let number =
+        unsafe { Bound::from_owned_ptr_or_err(value.py(), ffi::PyNumber_Long(value.as_ptr())) }?;
+    int_as_u64(&number)
+}
+
 /// `name` from the instance dict `fields`, or by attribute access when it is not there.
 fn field_of<'py>(
     object: &Bound<'py, PyAny>,
     fields: Option<&Bound<'py, PyDict>>,
-    name: &Bound<'py, pyo3::types::PyString>,
+    name: &Bound<'py, PyString>,
 ) -> PyResult<Bound<'py, PyAny>> {
     match fields.map(|f| f.get_item(name)).transpose()?.flatten() {
         Some(value) => Ok(value),
@@ -1084,8 +1140,7 @@ fn numba_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
         Some(pointer) => pointer,
         None => gpu_data.getattr(intern!(py, "device_pointer"))?,
     };
-    // SAFETY: PyNumber_Long returns a new reference, or null with an exception set.
-    unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Long(pointer.as_ptr())) }?.extract()
+    pointer_as_u64(&pointer)
 }
 
 fn read_cupy_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
@@ -1106,6 +1161,149 @@ fn read_cupy_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
         &arg.getattr(intern!(py, "shape"))?,
         &arg.getattr(intern!(py, "strides"))?,
     )
+}
+
+/// A cuda.core `Buffer`: `size` bytes at `int(handle)`, typed as numba-cuda types a buffer
+/// (a 1-D C-contiguous uint8 array, always writable).
+fn read_core_buffer(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let py = arg.py();
+    refuse_host_memory(arg, at)?;
+    let handle = core_attribute(arg, intern!(py, "handle"), at)?;
+    let data = pointer_as_u64(&handle).map_err(|_| {
+        at.error(format!(
+            "{}.handle is not a pointer: {handle}",
+            type_name(arg)
+        ))
+    })?;
+    let size = core_attribute(arg, intern!(py, "size"), at)?;
+    let size = int_as_u64(&size)
+        .ok()
+        .and_then(|size| i64::try_from(size).ok())
+        .ok_or_else(|| at.error(format!("{}.size is not a size: {size}", type_name(arg))))?;
+    if data == 0 && size > 0 {
+        return Err(at.error(format!(
+            "{} has a null pointer but {size} bytes",
+            type_name(arg)
+        )));
+    }
+    claim_core_device(arg, at, scratch);
+    push_array(
+        scratch,
+        at,
+        data,
+        Scalar::U8,
+        std::iter::once(size),
+        None::<std::iter::Empty<i64>>,
+        false,
+    )
+}
+
+/// A cuda.core `StridedMemoryView`: pointer, shape, strides (in elements, `None` when
+/// C-contiguous), dtype and read-only flag, from its attributes (its DLPack C exchange API
+/// gives a tensor without the read-only flag, which numba-cuda's type carries). numba-cuda
+/// refuses views that are not contiguous; fastlaunch passes them with layout 'A' and their
+/// strides, as any strided array.
+fn read_core_view(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let py = arg.py();
+    refuse_host_memory(arg, at)?;
+    let dtype = core_attribute(arg, intern!(py, "dtype"), at)?;
+    if dtype.is_none() {
+        return Err(at.error(format!(
+            "{} has no dtype (made from a Buffer with an itemsize only); give it a dtype",
+            type_name(arg)
+        )));
+    }
+    let Some(scalar) = element_type(&dtype, at)? else {
+        scratch.needs_numba = true; // structured and datetime views: numba-cuda passes them
+        return Ok(());
+    };
+    let ptr = core_attribute(arg, intern!(py, "ptr"), at)?;
+    let data = int_as_u64(&ptr)
+        .map_err(|_| at.error(format!("{}.ptr is not a pointer: {ptr}", type_name(arg))))?;
+    let readonly = core_attribute(arg, intern!(py, "readonly"), at)?.is_truthy()?;
+    let shape = core_attribute(arg, intern!(py, "shape"), at)?;
+    let strides = core_attribute(arg, intern!(py, "strides"), at)?;
+    claim_core_device(arg, at, scratch);
+    let staged = scratch.dims.len();
+    match stage_view_dims(
+        &mut scratch.dims,
+        &shape,
+        &strides,
+        scalar.itemsize() as i64,
+        at,
+    ) {
+        Ok(()) => push_staged_array(scratch, at, data, scalar, staged, readonly),
+        Err(e) => {
+            scratch.dims.truncate(staged);
+            Err(e)
+        }
+    }
+}
+
+/// Appends a view's shape and byte strides to `dims`: its strides count elements.
+fn stage_view_dims(
+    dims: &mut Vec<i64>,
+    shape: &Bound<'_, PyAny>,
+    strides: &Bound<'_, PyAny>,
+    itemsize: i64,
+    at: Position<'_>,
+) -> Result<()> {
+    let staged = dims.len();
+    let ndim = extend_from_int_tuple(dims, shape, "shape", at)?;
+    if strides.is_none() {
+        append_c_strides(dims, staged, itemsize);
+        return Ok(());
+    }
+    let nstrides = extend_from_int_tuple(dims, strides, "strides", at)?;
+    if nstrides != ndim {
+        return Err(at.error(format!(
+            "array has {ndim} dimensions but {nstrides} strides"
+        )));
+    }
+    for stride in &mut dims[staged + ndim..] {
+        *stride = stride
+            .checked_mul(itemsize)
+            .ok_or_else(|| at.error("array strides overflow 64 bits"))?;
+    }
+    Ok(())
+}
+
+/// An attribute of a cuda.core object; a failure (cuda.core asking a driver it cannot load,
+/// say) names the argument.
+fn core_attribute<'py>(
+    arg: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+    at: Position<'_>,
+) -> Result<Bound<'py, PyAny>> {
+    arg.getattr(name)
+        .map_err(|e| at.error(format!("{}.{name} failed: {e}", type_name(arg))))
+}
+
+/// Refuses cuda.core memory kernels cannot reach (host-only buffers, views of host arrays).
+fn refuse_host_memory(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<()> {
+    let accessible = core_attribute(arg, intern!(arg.py(), "is_device_accessible"), at)?;
+    if !accessible.is_truthy()? {
+        return Err(at.error(format!(
+            "{} is not in CUDA memory (is_device_accessible is False); move it to the GPU first",
+            type_name(arg)
+        )));
+    }
+    Ok(())
+}
+
+/// Claims the device a cuda.core object names (`device_id`), as a DLPack CUDA device is
+/// claimed, for the launch's reachability check. Pinned memory names none (-1, or an error
+/// from cuda.core's legacy pinned resource): nothing is claimed. Managed memory names its
+/// preferred device, but every device reaches it: `limits::check_devices` asks the driver
+/// before refusing a claim.
+fn claim_core_device(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) {
+    let device = arg
+        .getattr(intern!(arg.py(), "device_id"))
+        .and_then(|device| int_as_i64(&device));
+    if let Some(ordinal) = device.ok().and_then(|d| usize::try_from(d).ok()) {
+        let value = ValueAt::next(scratch, at);
+        scratch.claimed_devices.push((value, ordinal));
+    }
 }
 
 fn push_dltensor(

@@ -277,9 +277,9 @@ fn find_broken_limit(
 }
 
 /// Checks that every array argument can be reached from device `ordinal`. Arrays whose
-/// source names their device (DLPack) are checked always, and so are the pointers of
-/// generic CUDA Array Interface objects (which may be anything); with several devices, every
-/// other array's pointer is asked of the driver. Peers the driver allows are enabled.
+/// source names their device (DLPack, cuda.core) are checked always, and so are the pointers
+/// of generic CUDA Array Interface objects (which may be anything); with several devices,
+/// every other array's pointer is asked of the driver. Peers the driver allows are enabled.
 pub fn check_devices(
     driver: &Driver,
     ordinal: usize,
@@ -291,8 +291,14 @@ pub fn check_devices(
         name: names.get(found.argument).map_or("", String::as_str),
     };
     for &(found, device) in &scratch.claimed_devices {
-        if device != ordinal {
-            reach_peer(driver, ordinal, device, at(found), "its DLPack device")?;
+        if device != ordinal && !reachable_anywhere(driver, scratch, found) {
+            reach_peer(
+                driver,
+                ordinal,
+                device,
+                at(found),
+                "the device its source names",
+            )?;
         }
     }
     for &found in &scratch.unverified_pointers {
@@ -301,7 +307,13 @@ pub fn check_devices(
         };
         match driver.pointer_location(array.data) {
             PointerLocation::Device(device) if device != ordinal => {
-                reach_peer(driver, ordinal, device, at(found), "cuPointerGetAttribute")?;
+                reach_peer(
+                    driver,
+                    ordinal,
+                    device,
+                    at(found),
+                    "cuPointerGetAttribute says so",
+                )?;
             }
             PointerLocation::Unknown if !pageable_memory_reachable(driver, ordinal)? => {
                 return Err(at(found).error(format!(
@@ -337,11 +349,29 @@ pub fn check_devices(
                     value,
                     argument: crate::classify::argument_of_value(&scratch.fingerprint, value),
                 };
-                reach_peer(driver, ordinal, device, at(found), "cuPointerGetAttribute")?;
+                reach_peer(
+                    driver,
+                    ordinal,
+                    device,
+                    at(found),
+                    "cuPointerGetAttribute says so",
+                )?;
             }
         }
     }
     Ok(())
+}
+
+/// Whether the driver calls a claimed array's memory pinned or managed, which every device
+/// reaches although its source names a device (a cuda.core managed buffer names its preferred
+/// one). Asked only when the claim is of another device.
+#[cold]
+fn reachable_anywhere(driver: &Driver, scratch: &Scratch, found: ValueAt) -> bool {
+    matches!(
+        scratch.values.get(found.value),
+        Some(ArgValue::Array(array))
+            if driver.pointer_location(array.data) == PointerLocation::Anywhere
+    )
 }
 
 /// Whether kernels on device `ordinal` may read pageable host memory (HMM, ATS).
@@ -360,7 +390,7 @@ fn reach_peer(
     let peer = device < driver.device_count() && driver.can_access_peer(ordinal, device)?;
     if !peer {
         return Err(at.error(format!(
-            "its memory is on device {device} ({source} says so) but the launch is on device \
+            "its memory is on device {device} ({source}) but the launch is on device \
              {ordinal}, which cannot access that device's memory; copy it to device {ordinal} \
              or launch inside `with fastlaunch.gpus[{device}]:`"
         )));
