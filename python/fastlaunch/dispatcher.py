@@ -53,6 +53,8 @@ def numba_type(descriptor: tuple) -> Any:
         from numba.cuda.typing.typeof import typeof
 
         return typeof(next(iter(descriptor[1])))
+    if kind == "record":
+        return numpy_support.from_dtype(descriptor[1])
     if kind == "datetime":
         return types.NPDatetime(descriptor[1])
     if kind == "timedelta":
@@ -79,10 +81,13 @@ def plan_entry(numba_param_type: Any, position: int, name: str) -> str:
 def plan_entries(numba_param_type: Any, position: int, name: str) -> list[str]:
     """How Rust packs an argument for a parameter of this numba type: one entry per
     kernel parameter it becomes (tuples flatten into their members, as numba passes them;
-    enum members pass their value, datetimes their int64 count)."""
+    enum members pass their value, datetimes their int64 count, records a pointer to their
+    device copy)."""
     _, _, types, _ = _numba()
     if isinstance(numba_param_type, types.Array):
         return [f"array:{numba_param_type.ndim}"]
+    if isinstance(numba_param_type, types.Record):
+        return ["record"]
     if isinstance(numba_param_type, types.Boolean):
         return ["boolean"]
     if isinstance(numba_param_type, (types.Integer, types.Float, types.Complex)):
@@ -113,6 +118,8 @@ def _check_argument(expected: Any, given: Any, position: int, name: str) -> None
     given_array = isinstance(given, types.Array)
     if expected_tuple or isinstance(given, types.BaseTuple):
         mismatch = True
+    elif isinstance(expected, types.Record) or isinstance(given, types.Record):
+        mismatch = expected != given  # the kernel reads the bytes with its own layout
     elif expected_array != given_array:
         mismatch = True
     elif expected_array:
@@ -292,7 +299,7 @@ class Kernel(_core.Kernel):
         self, args: tuple, griddim: tuple, blockdim: tuple, stream: Any, sharedmem: int
     ) -> None:
         """numba-cuda's own launch, for arguments fastlaunch does not pack (host arrays,
-        ``cuda.In``/``Out``/``InOut``, records, datetime arrays, tuples holding those) and
+        ``cuda.In``/``Out``/``InOut``, datetime arrays, tuples holding those) and
         kernels with ``extensions``. Non-contiguous host arrays (which numba-cuda refuses) go
         through a contiguous copy that is written back after the launch."""
         np = _numba()[0]

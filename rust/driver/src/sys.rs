@@ -216,6 +216,8 @@ driver_api! {
     memcpy_htod_async = "cuMemcpyHtoDAsync_v2": fn(CUdeviceptr, *const c_void, usize, CUstream);
     memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2": fn(*mut c_void, CUdeviceptr, usize, CUstream);
     memset_d8 = "cuMemsetD8_v2": fn(CUdeviceptr, u8, usize);
+    mem_alloc_async = "cuMemAllocAsync": fn(*mut CUdeviceptr, usize, CUstream);
+    mem_free_async = "cuMemFreeAsync": fn(CUdeviceptr, CUstream);
     pointer_get_attribute = "cuPointerGetAttribute": fn(*mut c_void, c_int, CUdeviceptr);
     device_can_access_peer = "cuDeviceCanAccessPeer": fn(*mut c_int, CUdevice, CUdevice);
     ctx_enable_peer_access = "cuCtxEnablePeerAccess": fn(CUcontext, c_uint);

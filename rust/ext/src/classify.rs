@@ -13,10 +13,12 @@
 //! - tuple: `TUPLE_TAG`, member count, then each member's encoding;
 //! - named tuple: `NAMED_TUPLE_TAG`, class id (2 bytes, little-endian), count, members;
 //! - enum member: `ENUM_TAG`, class id (2 bytes);
-//! - `datetime64` / `timedelta64` scalar: `DATETIME_TAG`, kind (0 / 1), unit index.
+//! - `datetime64` / `timedelta64` scalar: `DATETIME_TAG`, kind (0 / 1), unit index;
+//! - record (structured NumPy scalar): `RECORD_TAG`, dtype id (2 bytes, little-endian).
 //!
 //! Tuples are flattened: each member pushes its own value, as numba passes them.
-//! Class ids index a process-wide list of classes (enums, named tuples), filled on misses.
+//! Class ids index a process-wide list of classes (enums, named tuples) and record dtypes,
+//! filled on misses.
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
@@ -38,6 +40,7 @@ pub const TUPLE_TAG: u8 = 0x81;
 pub const NAMED_TUPLE_TAG: u8 = 0x82;
 pub const ENUM_TAG: u8 = 0x83;
 pub const DATETIME_TAG: u8 = 0x84;
+pub const RECORD_TAG: u8 = 0x85;
 /// NumPy's datetime units, by their index in a fingerprint ("" is the generic unit).
 pub const DATETIME_UNITS: [&str; 14] = [
     "", "Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as",
@@ -65,6 +68,22 @@ pub struct ArrayArg {
 pub enum ArgValue {
     Array(ArrayArg),
     Scalar(Value),
+    /// A record: the device address of its copy (0 until the launch stages it; see
+    /// [`RecordCopy`]), passed as one pointer parameter.
+    Record {
+        device: u64,
+    },
+}
+
+/// A record argument's host bytes, which the launch copies to the device before packing and
+/// back after (numba-cuda's `InOut` default for records). The argument object keeps the
+/// bytes alive and in place for the launch (a structured scalar holds its array).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordCopy {
+    /// Its value in `Scratch::values`.
+    pub value: usize,
+    pub host: usize,
+    pub len: usize,
 }
 
 /// Per-launch working memory, reused by each thread so a launch allocates nothing.
@@ -95,6 +114,10 @@ pub struct Scratch {
     pub has_tuple: bool,
     /// How many tuples the member being read is inside.
     pub tuple_depth: usize,
+    /// Records among the arguments, to copy to the device and back around the launch.
+    pub records: Vec<RecordCopy>,
+    /// Their device copies while the launch runs (emptied by the launch that made them).
+    pub staged: Vec<driver::StagedCopy>,
 }
 
 impl Scratch {
@@ -112,6 +135,7 @@ impl Scratch {
         self.unverified_pointers.clear();
         self.has_tuple = false;
         self.tuple_depth = 0;
+        self.records.clear();
     }
 }
 
@@ -135,7 +159,7 @@ impl ValueAt {
 #[derive(Clone, Copy)]
 enum Strategy {
     /// Kinds numba-cuda launches and fastlaunch does not pack: host arrays, `cuda.In` /
-    /// `Out` / `InOut`, records, datetime arrays, device records, enums of other values.
+    /// `Out` / `InOut`, datetime arrays, device records, enums of other values.
     Numba,
     NumpyScalar(Scalar),
     NumbaDeviceArray,
@@ -153,6 +177,8 @@ enum Strategy {
     Enum(u16),
     /// NumPy `datetime64` / `timedelta64` scalars: passed as int64.
     Datetime,
+    /// NumPy structured scalars (`np.void`, `np.record`): passed as a pointer to a device copy.
+    Record,
 }
 
 /// Tuples deeper than this go to numba-cuda's path (and no recursion runs away).
@@ -275,6 +301,7 @@ pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch)
         Strategy::Tuple(class) => read_tuple(arg, class, at, scratch),
         Strategy::Enum(class) => read_enum(arg, class, at, scratch),
         Strategy::Datetime => read_datetime(arg, at, scratch),
+        Strategy::Record => read_record(arg, at, scratch),
         Strategy::Numba => {
             scratch.needs_numba = true;
             Ok(())
@@ -355,6 +382,9 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
             let kind: String = dtype.getattr(intern!(py, "kind"))?.extract()?;
             if kind == "M" || kind == "m" {
                 return Ok(Strategy::Datetime);
+            }
+            if kind == "V" {
+                return Ok(Strategy::Record);
             }
             return match dtype_scalar(&dtype)? {
                 Some(scalar) => Ok(Strategy::NumpyScalar(scalar)),
@@ -827,6 +857,68 @@ fn read_datetime(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch
     scratch
         .values
         .push(ArgValue::Scalar(Value::Int(i128::from(count))));
+    Ok(())
+}
+
+thread_local! {
+    /// Record dtypes this thread has seen, by address, with their id in [`CLASSES`] (which
+    /// holds each dtype, so an address is never reused for another).
+    static RECORD_DTYPES: RefCell<Vec<(usize, u16)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A structured NumPy scalar (`np.void`, `np.record`): its dtype in the fingerprint, its
+/// bytes staged for the launch to copy. Unstructured void scalars (raw bytes) go to
+/// numba-cuda, which refuses them as numba-cuda does.
+fn read_record(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let py = arg.py();
+    let dtype = arg.getattr(intern!(py, "dtype"))?;
+    let address = dtype.as_ptr() as usize;
+    let known = RECORD_DTYPES.with(|known| {
+        known
+            .borrow()
+            .iter()
+            .find(|(seen, _)| *seen == address)
+            .map(|&(_, id)| id)
+    });
+    let id = match known {
+        Some(id) => id,
+        None => {
+            if dtype.getattr(intern!(py, "names"))?.is_none() {
+                scratch.needs_numba = true;
+                return Ok(());
+            }
+            let id = class_id(&dtype).ok_or_else(|| at.error("too many record dtypes"))?;
+            RECORD_DTYPES.with(|known| known.borrow_mut().push((address, id)));
+            id
+        }
+    };
+    let len: usize = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
+    let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
+    // SAFETY: a valid object and an out-struct; on success the view is released below.
+    if unsafe { ffi::PyObject_GetBuffer(arg.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_SIMPLE) } != 0 {
+        let cause = PyErr::fetch(py);
+        return Err(at.error(format!("record bytes could not be read: {cause}")));
+    }
+    // SAFETY: initialised by the successful call above.
+    let mut view = unsafe { view.assume_init() };
+    let (host, exported) = (view.buf as usize, usize::try_from(view.len).unwrap_or(0));
+    // The address stays valid after the release: a NumPy scalar's bytes live as long as the
+    // scalar (or the array it views, which it holds), and the argument outlives the launch.
+    // SAFETY: releasing the view obtained above, once.
+    unsafe { ffi::PyBuffer_Release(&mut view) };
+    if exported != len {
+        return Err(at.error(format!(
+            "record exports {exported} bytes but its dtype has {len}"
+        )));
+    }
+    scratch.fingerprint.push(RECORD_TAG);
+    scratch.fingerprint.extend_from_slice(&id.to_le_bytes());
+    scratch.records.push(RecordCopy {
+        value: scratch.values.len(),
+        host,
+        len,
+    });
+    scratch.values.push(ArgValue::Record { device: 0 });
     Ok(())
 }
 
@@ -1514,7 +1606,7 @@ pub fn skip_argument(fingerprint: &[u8], i: &mut usize) -> usize {
             *i += 4;
             1
         }
-        ENUM_TAG | DATETIME_TAG => {
+        ENUM_TAG | DATETIME_TAG | RECORD_TAG => {
             *i += 3;
             1
         }
@@ -1606,6 +1698,17 @@ fn describe_one<'py>(
                 py,
                 [
                     "enum".into_pyobject(py)?.into_any(),
+                    class_by_id(py, id)?.into_bound(py),
+                ],
+            )
+        }
+        RECORD_TAG => {
+            let id = u16::from_le_bytes([byte(*i + 1)?, byte(*i + 2)?]);
+            *i += 3;
+            PyTuple::new(
+                py,
+                [
+                    "record".into_pyobject(py)?.into_any(),
                     class_by_id(py, id)?.into_bound(py),
                 ],
             )

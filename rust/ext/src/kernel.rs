@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use pyo3::{ffi, intern};
 
-use crate::classify::{describe as describe_fingerprint, read_arg, Position, Scratch};
+use crate::classify::{describe as describe_fingerprint, read_arg, ArgValue, Position, Scratch};
 use crate::devices::{compute_capability_code, driver};
 use crate::errors::{Error, Result};
 use crate::graphs;
@@ -697,19 +697,30 @@ fn launch(
                     compute_capability,
                     cluster,
                 )?;
-                plan.pack(
+                if !scratch.records.is_empty() {
+                    stage_records(driver, dims.stream, scratch)?;
+                }
+                let mut launched = plan.pack(
                     &scratch.values,
                     &scratch.dims,
                     names,
                     &scratch.fingerprint,
                     &mut scratch.params,
-                )?;
-                let params = scratch.params.as_params();
-                // SAFETY: the plan was checked against this fingerprint at registration and
-                // packs one 8-byte slot per flattened parameter of the compiled entry, as
-                // numba's data model lays them out; the argument objects (and any DLPack
-                // capsules in the scratch) are alive until the launch is submitted.
-                unsafe { code.launch(py, driver, &context, dims, cluster, params) }?;
+                );
+                if launched.is_ok() {
+                    let params = scratch.params.as_params();
+                    // SAFETY: the plan was checked against this fingerprint at registration
+                    // and packs one 8-byte slot per flattened parameter of the compiled
+                    // entry, as numba's data model lays them out; the argument objects (and
+                    // any DLPack capsules in the scratch) are alive until the launch is
+                    // submitted.
+                    launched = unsafe { code.launch(py, driver, &context, dims, cluster, params) };
+                }
+                if !scratch.staged.is_empty() {
+                    let unstaged = unstage_records(driver, dims.stream, scratch, launched.is_ok());
+                    launched = launched.and(unstaged);
+                }
+                launched?;
                 if graphs::is_capturing(dims.stream) && !scratch.has_tuple {
                     let packed = PackedArgs::new(plan, scratch, names, args)?;
                     graphs::record(driver, kernel_object, code, dims.stream, packed)?;
@@ -725,6 +736,63 @@ fn launch(
             )),
         }
     })
+}
+
+/// Copies the records among the arguments to the device on the launch's stream and puts
+/// their device addresses in the values to pack (numba-cuda passes a record as a pointer to
+/// a device copy). Not while capturing a graph: copies from pageable host memory cannot be
+/// captured.
+#[cold]
+fn stage_records(driver: &driver::Driver, stream: usize, scratch: &mut Scratch) -> Result<()> {
+    if graphs::is_capturing(stream) {
+        return Err(Error::Type(
+            "records cannot be launched while capturing a graph (each launch copies a record \
+             from host memory, which a graph cannot capture)"
+                .into(),
+        ));
+    }
+    for index in 0..scratch.records.len() {
+        let record = scratch.records[index];
+        // SAFETY: the record's buffer exported `len` readable bytes at `host`, which the
+        // argument object keeps in place for the launch (see `RecordCopy`).
+        let staged =
+            unsafe { driver.stage_on_stream(record.host as *const u8, record.len, stream) };
+        match staged {
+            Ok(staged) => {
+                scratch.staged.push(staged);
+                scratch.values[record.value] = ArgValue::Record {
+                    device: staged.device,
+                };
+            }
+            Err(error) => {
+                let _ = unstage_records(driver, stream, scratch, false);
+                return Err(error.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// After the launch: copies each staged record back into its host bytes when the launch
+/// was submitted (numba-cuda's `InOut` default for records: the launch then waits for the
+/// kernel), and frees its device copy in stream order.
+#[cold]
+fn unstage_records(
+    driver: &driver::Driver,
+    stream: usize,
+    scratch: &mut Scratch,
+    copy_back: bool,
+) -> Result<()> {
+    let mut outcome = Ok(());
+    for staged in scratch.staged.drain(..) {
+        // SAFETY: the host bytes are the record argument's own, alive and in place for the
+        // launch (see `RecordCopy`); a NumPy structured scalar's bytes are writable memory.
+        let result = unsafe { driver.unstage_on_stream(staged, stream, copy_back) };
+        if outcome.is_ok() {
+            outcome = result;
+        }
+    }
+    Ok(outcome?)
 }
 
 /// `(args, griddim, blockdim, stream, sharedmem)`: how launches made in Python get them.
@@ -938,6 +1006,13 @@ impl PackedArgs {
         if scratch.has_tuple {
             return Err(Error::Type(
                 "bound launches and graph argument updates take no tuple arguments".into(),
+            ));
+        }
+        if !scratch.records.is_empty() {
+            return Err(Error::Type(
+                "bound launches and graph argument updates take no records (each launch \
+                 copies a record to the device and back)"
+                    .into(),
             ));
         }
         scratch.params.clear();
@@ -1273,8 +1348,8 @@ fn refuse_numba_only(scratch: &Scratch) -> Result<()> {
     if scratch.needs_numba {
         return Err(Error::Type(
             "these arguments are passed by numba-cuda's own launch path, not classified by \
-             fastlaunch (host arrays, cuda.In/Out/InOut, records, datetime arrays, tuples \
-             holding those)"
+             fastlaunch (host arrays, cuda.In/Out/InOut, datetime arrays, record arrays on \
+             the host, tuples holding those)"
                 .into(),
         ));
     }

@@ -1,12 +1,13 @@
 //! Packing plans: how each argument of one overload becomes kernel parameters, in
 //! numba's data model. An N-d array is `5 + 2N` 8-byte values (meminfo = 0,
 //! parent = 0, nitems, itemsize, data, shape[N], strides_in_bytes[N]); a scalar is
-//! its target type's value (complex: real then imaginary).
+//! its target type's value (complex: real then imaginary); a record is the address of its
+//! device copy.
 
 use fastlaunch_driver::ParamBuffer;
 
 use crate::classify::{
-    ArgValue, Position, ARRAY_TAG, DATETIME_TAG, ENUM_TAG, NAMED_TUPLE_TAG, TUPLE_TAG,
+    ArgValue, Position, ARRAY_TAG, DATETIME_TAG, ENUM_TAG, NAMED_TUPLE_TAG, RECORD_TAG, TUPLE_TAG,
 };
 use crate::errors::{Error, Result};
 use crate::scalar::Scalar;
@@ -17,8 +18,12 @@ mod plan_proptests;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Param {
-    Array { ndim: usize },
+    Array {
+        ndim: usize,
+    },
     Scalar(Scalar),
+    /// A pointer to the record's device copy.
+    Record,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,11 +32,13 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Parses Python's plan: `"array:<ndim>"` or a numba scalar type name per argument.
+    /// Parses Python's plan: `"array:<ndim>"`, `"record"` or a numba scalar type name per
+    /// argument.
     pub fn parse(items: &[String]) -> Result<Plan> {
         let params = items
             .iter()
             .map(|item| match item.strip_prefix("array:") {
+                None if item == "record" => Ok(Param::Record),
                 Some(ndim) => ndim
                     .parse()
                     .map(|ndim| Param::Array { ndim })
@@ -74,7 +81,7 @@ impl Plan {
                 {
                     i += 4
                 }
-                (Param::Scalar(_), ENUM_TAG | DATETIME_TAG) => i += 3,
+                (Param::Scalar(_), ENUM_TAG | DATETIME_TAG) | (Param::Record, RECORD_TAG) => i += 3,
                 (Param::Scalar(_), tag) if Scalar::from_code(tag).is_some() => i += 1,
                 _ => {
                     return Err(Error::Value(format!(
@@ -134,6 +141,7 @@ impl Plan {
                 out.extend_u64(&[0, 0, array.nitems, array.itemsize, array.data]);
                 out.extend_i64(extents_and_strides);
             }
+            (Some(Param::Record), ArgValue::Record { device }) => out.push_u64(*device),
             (Some(Param::Scalar(target)), ArgValue::Scalar(value)) => {
                 let slots = value.convert(*target).map_err(|message| {
                     Position {

@@ -8,13 +8,17 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::{Param, Plan};
-use crate::classify::{ArgValue, ArrayArg, ARRAY_TAG, MAX_NDIM};
+use crate::classify::{
+    ArgValue, ArrayArg, ARRAY_TAG, DATETIME_TAG, ENUM_TAG, MAX_NDIM, RECORD_TAG,
+};
 use crate::scalar::{Scalar, Value, ALL_SCALARS};
 
-/// Slots one plan entry packs: an N-d array is 5 + 2N, complex two, other scalars one.
+/// Slots one plan entry packs: an N-d array is 5 + 2N, complex two, other scalars and
+/// records one.
 fn slots_of(param: &Param) -> usize {
     match param {
         Param::Array { ndim } => 5 + 2 * ndim,
+        Param::Record => 1,
         Param::Scalar(s) if s.is_complex() => 2,
         Param::Scalar(_) => 1,
     }
@@ -52,6 +56,7 @@ fn param() -> impl Strategy<Value = Param> {
     prop_oneof![
         any_ndim().prop_map(|ndim| Param::Array { ndim }),
         scalar().prop_map(Param::Scalar),
+        Just(Param::Record),
     ]
 }
 
@@ -68,6 +73,7 @@ fn valid_plan() -> impl Strategy<Value = Plan> {
         prop_oneof![
             (0..=MAX_NDIM).prop_map(|ndim| Param::Array { ndim }),
             scalar().prop_map(Param::Scalar),
+            Just(Param::Record),
         ],
         0..12,
     )
@@ -105,6 +111,7 @@ fn plan_entry() -> impl Strategy<Value = String> {
         scalar().prop_map(|s| s.numba_name().to_owned()),
         scalar().prop_map(|s| s.numpy_name().to_owned()),
         (0..=MAX_NDIM).prop_map(|n| format!("array:{n}")),
+        Just("record".to_owned()),
         "array:[+-]?[0-9]{0,30}",
         "array:.{0,8}",
         ".{0,16}",
@@ -117,6 +124,7 @@ fn fingerprint_of(param: &Param, element: Scalar, flags: u8, scalar_code: Scalar
     match param {
         Param::Array { ndim } => vec![ARRAY_TAG, element as u8, *ndim as u8, flags & 7],
         Param::Scalar(_) => vec![scalar_code as u8],
+        Param::Record => vec![RECORD_TAG, element as u8, flags],
     }
 }
 
@@ -133,6 +141,7 @@ fn expected_slots(param: &Param, value: &ArgValue, dims: &[i64]) -> Option<Vec<u
             let converted = v.convert(*target).ok()?;
             Some(converted[..if target.is_complex() { 2 } else { 1 }].to_vec())
         }
+        (Param::Record, ArgValue::Record { device }) => Some(vec![*device]),
         _ => None,
     }
 }
@@ -167,6 +176,9 @@ fn plan_with_args() -> impl Strategy<Value = (Plan, Vec<ArgValue>, Vec<i64>)> {
                     .boxed(),
                 Param::Scalar(_) => value()
                     .prop_map(|v| (ArgValue::Scalar(v), Vec::new()))
+                    .boxed(),
+                Param::Record => any::<u64>()
+                    .prop_map(|device| (ArgValue::Record { device }, Vec::new()))
                     .boxed(),
             })
             .collect();
@@ -206,6 +218,7 @@ proptest! {
             .map(|p| match p {
                 Param::Array { ndim } => format!("array:{ndim}"),
                 Param::Scalar(s) => s.numba_name().to_owned(),
+                Param::Record => "record".to_owned(),
             })
             .collect();
         prop_assert_eq!(Plan::parse(&items).unwrap(), params);
@@ -217,13 +230,15 @@ proptest! {
     }
 
     /// Whatever bytes it accepts, they decode into exactly the plan's parameters: one
-    /// scalar byte per scalar, a 4-byte array entry of the same ndim per array.
+    /// scalar byte (or a 3-byte enum or datetime entry) per scalar, a 4-byte array entry of
+    /// the same ndim per array, a 3-byte record entry per record.
     #[test]
     fn accepted_fingerprints_fit_the_plan(
         plan in plan(),
         bytes in vec(
             prop_oneof![
                 Just(ARRAY_TAG),
+                Just(RECORD_TAG),
                 0u8..=16,
                 any::<u8>(),
             ],
@@ -240,8 +255,12 @@ proptest! {
                         i += 4;
                     }
                     Param::Scalar(_) => {
-                        prop_assert_ne!(bytes[i], ARRAY_TAG);
-                        i += 1;
+                        prop_assert!(bytes[i] != ARRAY_TAG && bytes[i] != RECORD_TAG);
+                        i += if matches!(bytes[i], ENUM_TAG | DATETIME_TAG) { 3 } else { 1 };
+                    }
+                    Param::Record => {
+                        prop_assert_eq!(bytes[i], RECORD_TAG);
+                        i += 3;
                     }
                 }
             }
