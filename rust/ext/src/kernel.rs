@@ -22,7 +22,7 @@ use crate::classify::{describe as describe_fingerprint, read_arg, ArgValue, Posi
 use crate::devices::{compute_capability_code, driver};
 use crate::errors::{Error, Result};
 use crate::graphs;
-use crate::limits::{self, SharedMemoryOptIn, DEFAULT_DYNAMIC_SHARED_BYTES};
+use crate::limits::{self, ClusterOptIn, SharedMemoryOptIn, DEFAULT_DYNAMIC_SHARED_BYTES};
 use crate::plan::Plan;
 use crate::streams;
 
@@ -35,6 +35,7 @@ pub struct CompiledCode {
     cooperative: bool,
     entry: String,
     shared_memory: SharedMemoryOptIn,
+    clusters: ClusterOptIn,
 }
 
 /// Python's handle to a loaded kernel image, shared by every overload it serves.
@@ -67,6 +68,7 @@ impl CompiledKernel {
                 cooperative,
                 entry: entry.to_owned(),
                 shared_memory: SharedMemoryOptIn::default(),
+                clusters: ClusterOptIn::default(),
             }),
         })
     }
@@ -693,6 +695,7 @@ fn launch(
                 limits::prepare_cluster(
                     driver,
                     &code.kernel,
+                    &code.clusters,
                     context.ordinal,
                     compute_capability,
                     cluster,
@@ -1161,6 +1164,7 @@ impl Launcher {
         limits::prepare_cluster(
             driver,
             &code.kernel,
+            &code.clusters,
             context.ordinal,
             compute_capability,
             self.cluster,

@@ -29,6 +29,35 @@ impl Default for SharedMemoryOptIn {
     }
 }
 
+/// Whether a kernel has been opted in to non-portable cluster sizes, per device: set once,
+/// then the launch only reads a flag.
+#[derive(Default)]
+pub struct ClusterOptIn([std::sync::atomic::AtomicBool; TRACKED_DEVICES]);
+
+impl ClusterOptIn {
+    fn allow_non_portable(
+        &self,
+        driver: &Driver,
+        kernel: &driver::Kernel,
+        ordinal: usize,
+    ) -> Result<()> {
+        let slot = self.0.get(ordinal);
+        if slot.is_some_and(|done| done.load(Ordering::Relaxed)) {
+            return Ok(());
+        }
+        kernel.set_attribute(
+            driver,
+            KernelAttribute::NonPortableClusterSizeAllowed,
+            1,
+            ordinal,
+        )?;
+        if let Some(done) = slot {
+            done.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
 fn device_limit(driver: &Driver, ordinal: usize, name: &str) -> Result<i64> {
     let code = attribute::by_name(name).expect("a device attribute fastlaunch lists");
     Ok(i64::from(driver.device_attribute(ordinal, code)?))
@@ -118,10 +147,11 @@ const PORTABLE_CLUSTER_BLOCKS: u32 = 8;
 const MAX_CLUSTER_BLOCKS: u32 = 16;
 
 /// Checks that device `ordinal` runs clusters of this shape (if any), opting `kernel` in to
-/// non-portable sizes (9 to 16 blocks).
+/// non-portable sizes (9 to 16 blocks) once per device.
 pub fn prepare_cluster(
     driver: &Driver,
     kernel: &driver::Kernel,
+    opted_in: &ClusterOptIn,
     ordinal: usize,
     compute_capability: u32,
     cluster: Option<[u32; 3]>,
@@ -145,12 +175,7 @@ pub fn prepare_cluster(
         )));
     }
     if blocks > PORTABLE_CLUSTER_BLOCKS {
-        kernel.set_attribute(
-            driver,
-            KernelAttribute::NonPortableClusterSizeAllowed,
-            1,
-            ordinal,
-        )?;
+        opted_in.allow_non_portable(driver, kernel, ordinal)?;
     }
     Ok(())
 }
