@@ -1241,10 +1241,26 @@ fn read_cupy_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
         scratch.needs_numba = true;
         return Ok(());
     };
-    let data: u64 = arg
-        .getattr(intern!(py, "data"))?
-        .getattr(intern!(py, "ptr"))?
-        .extract()?;
+    let data = int_as_u64(
+        &arg.getattr(intern!(py, "data"))?
+            .getattr(intern!(py, "ptr"))?,
+    )?;
+    // CuPy keeps `_c_contiguous` current through every reshape. A C-contiguous array's
+    // strides follow from its shape, and a 1-D one's shape is its size: plain attribute reads
+    // instead of the `shape` and `strides` tuples CuPy builds on each access (~0.1 µs each).
+    let c_contiguous = arg
+        .getattr(intern!(py, "_c_contiguous"))
+        .is_ok_and(|flag| flag.is(&*pyo3::types::PyBool::new(py, true)));
+    if c_contiguous {
+        let staged = scratch.dims.len();
+        let read = cupy_shape(arg, at, &mut scratch.dims);
+        if let Err(e) = read {
+            scratch.dims.truncate(staged);
+            return Err(e);
+        }
+        append_c_strides(&mut scratch.dims, staged, scalar.itemsize() as i64);
+        return push_staged_array(scratch, at, data, scalar, staged, false);
+    }
     push_from_tuples(
         at,
         scratch,
@@ -1253,6 +1269,18 @@ fn read_cupy_array(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
         &arg.getattr(intern!(py, "shape"))?,
         &arg.getattr(intern!(py, "strides"))?,
     )
+}
+
+/// Appends a C-contiguous CuPy array's shape to `dims`: a 1-D array's from its `size`,
+/// others' from the `shape` tuple.
+fn cupy_shape(arg: &Bound<'_, PyAny>, at: Position<'_>, dims: &mut Vec<i64>) -> Result<()> {
+    let py = arg.py();
+    if int_as_u64(&arg.getattr(intern!(py, "ndim"))?)? == 1 {
+        let size = int_as_u64(&arg.getattr(intern!(py, "size"))?)?;
+        dims.push(i64::try_from(size).map_err(|_| at.error("array size overflows 64 bits"))?);
+        return Ok(());
+    }
+    extend_from_int_tuple(dims, &arg.getattr(intern!(py, "shape"))?, "shape", at).map(|_| ())
 }
 
 /// A cuda.core `Buffer`: `size` bytes at `int(handle)`, typed as numba-cuda types a buffer

@@ -1,0 +1,95 @@
+"""CuPy arrays are read through their attributes (CuPy has no DLPack C exchange API). A
+C-contiguous array (CuPy's `_c_contiguous` flag) is read without building its `shape` and
+`strides` tuples: its strides follow from its shape, and a 1-D array's shape is its size.
+Checked here against stand-ins with CuPy's attributes (CuPy needs a GPU to make arrays): the
+fingerprint and the packed parameters must equal those of the same array described through
+the CUDA Array Interface, and the shortcut must not read what it skips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from arrays import PTR, FakeCAI
+
+from fastlaunch import _core
+from fastlaunch.dispatcher import numba_type, plan_entry
+
+
+class MemoryPointer:
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+class FakeCupyArray:
+    """CuPy's `ndarray` as fastlaunch reads it; `shape` and `strides` count their reads."""
+
+    def __init__(self, shape, dtype, strides=None, c_contiguous=None):
+        self.dtype = np.dtype(dtype)
+        self._shape = tuple(shape)
+        itemsize = self.dtype.itemsize
+        c_strides = tuple(
+            int(np.prod(self._shape[i + 1 :], dtype=np.int64)) * itemsize
+            for i in range(len(self._shape))
+        )
+        self._strides = c_strides if strides is None else tuple(strides)
+        self._c_contiguous = self._strides == c_strides if c_contiguous is None else c_contiguous
+        self.ndim = len(self._shape)
+        self.size = int(np.prod(self._shape, dtype=np.int64))
+        self.tuple_reads = 0
+
+    @property
+    def data(self):
+        return MemoryPointer(PTR)
+
+    @property
+    def shape(self):
+        self.tuple_reads += 1
+        return self._shape
+
+    @property
+    def strides(self):
+        self.tuple_reads += 1
+        return self._strides
+
+    @property
+    def __cuda_array_interface__(self):  # what marks it as an array; not read
+        raise AssertionError("fastlaunch reads CuPy arrays' attributes")
+
+
+FakeCupyArray.__module__ = "cupy._core.core"
+
+LAYOUTS = [
+    ((128,), "float32", None),
+    ((16, 8), "float64", None),
+    ((2, 3, 4), "int16", None),
+    ((0,), "float32", None),
+    ((4, 6), "float32", (4, 24)),  # F order
+    ((4, 3), "float32", (24, 8)),  # every other column
+    ((5,), "complex64", (16,)),  # strided 1-D
+]
+
+
+@pytest.mark.parametrize(("shape", "dtype", "strides"), LAYOUTS)
+def test_cupy_arrays_pack_as_the_same_array_through_the_interface(shape, dtype, strides):
+    array = FakeCupyArray(shape, dtype, strides)
+    cai = FakeCAI(shape, np.dtype(dtype).str, strides=strides or array._strides)
+    fingerprint = _core.fingerprint((array,))
+    assert fingerprint == _core.fingerprint((cai,))
+    (descriptor,) = _core.describe(fingerprint)
+    plan = [plan_entry(numba_type(descriptor), 0, "a")]
+    assert _core.pack(plan, (array,)) == _core.pack(plan, (cai,))
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected_reads"), [((128,), 0), ((16, 8), 1)], ids=["1-D", "2-D"]
+)
+def test_c_contiguous_arrays_skip_the_tuples(shape, expected_reads):
+    array = FakeCupyArray(shape, "float32")
+    _core.fingerprint((array,))
+    assert array.tuple_reads == expected_reads
+
+
+def test_other_arrays_read_shape_and_strides():
+    array = FakeCupyArray((4, 3), "float32", (24, 8))
+    _core.fingerprint((array,))
+    assert array.tuple_reads == 2
