@@ -753,22 +753,13 @@ def test_info_command_reports_without_a_gpu():
         assert "-- device 0 --" not in out
 
 
-def test_info_command_reports_devices(tmp_path):
+def test_info_command_reports_devices(stand_in_driver):
     """Against the stand-in driver (benchmarks/fake_driver): the device part of the report."""
-    import shutil
-    from pathlib import Path
-
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler for the stand-in driver")
-    source = Path(__file__).parent.parent / "benchmarks" / "fake_driver" / "fake_cuda.c"
-    library = tmp_path / "libcuda.so.1"
-    subprocess.run([compiler, "-shared", "-fPIC", "-o", library, source], check=True)
-    out = run_info(FASTLAUNCH_CUDA_DRIVER=str(library))
+    out = run_info(FASTLAUNCH_CUDA_DRIVER=str(stand_in_driver))
     if "CUDA              unavailable: " in out:
         reason = out.split("CUDA              unavailable: ", 1)[1].splitlines()[0]
         pytest.skip(f"the stand-in driver does not load: {reason}")
-    assert f"driver library    {library}" in out
+    assert f"driver library    {stand_in_driver}" in out
     assert "CUDA version      " in out and "unavailable" not in out
     assert "-- device 0 --\nname              " in out
     for label in ["compute cap.", "multiprocessors", "shared mem opt-in", "clock", "PCI bus id"]:
