@@ -602,6 +602,19 @@ def test_dynamic_shared_memory_above_48kb(size):
     assert kernel.numba_launches == 0
 
 
+def test_dynamic_shared_memory_grows_after_small_launches():
+    # The kernel's function is looked up at its first launch (48 KiB or less, no opt-in);
+    # the opt-in at a larger launch is set on the kernel and must reach that function.
+    kernel = fl.jit(SHARED_SIGNATURE)(static_and_dynamic_shared)
+    blocks = 2
+    for sharedmem in (4096, 100 * 1024, 8192):
+        n = sharedmem // 4
+        out = cuda.to_device(np.zeros((blocks, n), np.int32))
+        kernel[blocks, 256, 0, sharedmem](out, n)
+        fl.synchronize()
+        np.testing.assert_array_equal(to_host(out), static_and_dynamic_expected(blocks, n))
+
+
 def test_dynamic_shared_memory_above_the_device_limit_is_refused():
     error = _launch_configuration_error()
     kernel = fl.jit(SHARED_SIGNATURE)(static_and_dynamic_shared)
