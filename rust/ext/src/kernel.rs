@@ -701,7 +701,7 @@ fn launch(
                     cluster,
                 )?;
                 if !scratch.records.is_empty() {
-                    stage_records(driver, dims.stream, scratch)?;
+                    stage_records(py, driver, dims.stream, scratch)?;
                 }
                 let mut launched = plan.pack(
                     &scratch.values,
@@ -720,7 +720,8 @@ fn launch(
                     launched = unsafe { code.launch(py, driver, &context, dims, cluster, params) };
                 }
                 if !scratch.staged.is_empty() {
-                    let unstaged = unstage_records(driver, dims.stream, scratch, launched.is_ok());
+                    let unstaged =
+                        unstage_records(py, driver, dims.stream, scratch, launched.is_ok());
                     launched = launched.and(unstaged);
                 }
                 launched?;
@@ -746,7 +747,12 @@ fn launch(
 /// a device copy). Not while capturing a graph: copies from pageable host memory cannot be
 /// captured.
 #[cold]
-fn stage_records(driver: &driver::Driver, stream: usize, scratch: &mut Scratch) -> Result<()> {
+fn stage_records(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    stream: usize,
+    scratch: &mut Scratch,
+) -> Result<()> {
     if graphs::is_capturing(stream) {
         return Err(Error::Type(
             "records cannot be launched while capturing a graph (each launch copies a record \
@@ -768,7 +774,7 @@ fn stage_records(driver: &driver::Driver, stream: usize, scratch: &mut Scratch) 
                 };
             }
             Err(error) => {
-                let _ = unstage_records(driver, stream, scratch, false);
+                let _ = unstage_records(py, driver, stream, scratch, false);
                 return Err(error.into());
             }
         }
@@ -778,23 +784,29 @@ fn stage_records(driver: &driver::Driver, stream: usize, scratch: &mut Scratch) 
 
 /// After the launch: copies each staged record back into its host bytes when the launch
 /// was submitted (numba-cuda's `InOut` default for records: the launch then waits for the
-/// kernel), and frees its device copy in stream order.
+/// kernel, without the GIL), and frees its device copy in stream order.
 #[cold]
 fn unstage_records(
-    driver: &driver::Driver,
+    py: Python<'_>,
+    driver: &'static driver::Driver,
     stream: usize,
     scratch: &mut Scratch,
     copy_back: bool,
 ) -> Result<()> {
-    let mut outcome = Ok(());
-    for staged in scratch.staged.drain(..) {
-        // SAFETY: the host bytes are the record argument's own, alive and in place for the
-        // launch (see `RecordCopy`); a NumPy structured scalar's bytes are writable memory.
-        let result = unsafe { driver.unstage_on_stream(staged, stream, copy_back) };
-        if outcome.is_ok() {
-            outcome = result;
+    let staged = &scratch.staged;
+    let outcome = py.detach(|| {
+        let mut outcome = Ok(());
+        for &copy in staged {
+            // SAFETY: the host bytes are the record argument's own, alive and in place for
+            // the launch (see `RecordCopy`); a NumPy structured scalar's bytes are writable.
+            let result = unsafe { driver.unstage_on_stream(copy, stream, copy_back) };
+            if outcome.is_ok() {
+                outcome = result;
+            }
         }
-    }
+        outcome
+    });
+    scratch.staged.clear();
     Ok(outcome?)
 }
 
