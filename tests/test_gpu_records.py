@@ -109,3 +109,15 @@ def test_records_are_refused_in_graph_capture_and_bound_launches():
             bump[1, 1](host[0])
     bump[1, 1](host[0])  # the capture ended cleanly
     assert host["x"][0] == 2
+
+
+def test_records_of_read_only_arrays_are_read_and_not_written_back():
+    kernel = fl.jit(scale_record)
+    host = np.zeros(2, ALIGNED)
+    host[1] = (1.5, 3)
+    host.flags.writeable = False
+    out = cuda.to_device(np.zeros(1, np.float64))
+    kernel[1, 1](out, host[1], 2.0)
+    assert out.copy_to_host()[0] == 3.0
+    assert (host[1]["y"], host[1]["x"]) == (1.5, 3)  # the kernel's writes stay on the device
+    assert kernel.numba_launches == 0

@@ -84,6 +84,8 @@ pub struct RecordCopy {
     pub value: usize,
     pub host: usize,
     pub len: usize,
+    /// Whether the bytes may be written: a record of a read-only array is not copied back.
+    pub writable: bool,
 }
 
 /// Per-launch working memory, reused by each thread so a launch allocates nothing.
@@ -911,12 +913,17 @@ fn read_record(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) 
             "record exports {exported} bytes but its dtype has {len}"
         )));
     }
+    let writable = arg
+        .getattr(intern!(py, "flags"))?
+        .getattr(intern!(py, "writeable"))?
+        .is_truthy()?;
     scratch.fingerprint.push(RECORD_TAG);
     scratch.fingerprint.extend_from_slice(&id.to_le_bytes());
     scratch.records.push(RecordCopy {
         value: scratch.values.len(),
         host,
         len,
+        writable,
     });
     scratch.values.push(ArgValue::Record { device: 0 });
     Ok(())

@@ -783,8 +783,9 @@ fn stage_records(
 }
 
 /// After the launch: copies each staged record back into its host bytes when the launch
-/// was submitted (numba-cuda's `InOut` default for records: the launch then waits for the
-/// kernel, without the GIL), and frees its device copy in stream order.
+/// was submitted and the record is writable (numba-cuda's `InOut` default for records: the
+/// launch then waits for the kernel, without the GIL), and frees its device copy in stream
+/// order.
 #[cold]
 fn unstage_records(
     py: Python<'_>,
@@ -793,13 +794,15 @@ fn unstage_records(
     scratch: &mut Scratch,
     copy_back: bool,
 ) -> Result<()> {
-    let staged = &scratch.staged;
+    // `stage_records` staged the records in order, stopping at the first failure.
+    let copies = scratch.staged.iter().zip(&scratch.records);
     let outcome = py.detach(|| {
         let mut outcome = Ok(());
-        for &copy in staged {
+        for (&copy, record) in copies {
             // SAFETY: the host bytes are the record argument's own, alive and in place for
-            // the launch (see `RecordCopy`); a NumPy structured scalar's bytes are writable.
-            let result = unsafe { driver.unstage_on_stream(copy, stream, copy_back) };
+            // the launch (see `RecordCopy`), and written only when its array is writable.
+            let result =
+                unsafe { driver.unstage_on_stream(copy, stream, copy_back && record.writable) };
             if outcome.is_ok() {
                 outcome = result;
             }
