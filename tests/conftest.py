@@ -1,8 +1,11 @@
 """Tests marked ``gpu`` are skipped when fastlaunch finds no usable CUDA device. The
 ``stand_in_driver`` fixture builds the stand-in CUDA driver for CPU tests of the launch path."""
 
+import os
 import shutil
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,22 @@ def stand_in_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [compiler, "-shared", "-fPIC", "-o", str(library), str(STAND_IN_SOURCE)], check=True
     )
     return library
+
+
+@pytest.fixture
+def run_on_stand_in(stand_in_driver: Path) -> Callable[[str], list[str]]:
+    """Runs Python source in a child process against the stand-in driver; returns the lines
+    it printed (it must exit 0)."""
+
+    def run(source: str) -> list[str]:
+        env = {**os.environ, "FASTLAUNCH_CUDA_DRIVER": str(stand_in_driver)}
+        done = subprocess.run(
+            [sys.executable, "-c", source], capture_output=True, text=True, timeout=120, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    return run
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

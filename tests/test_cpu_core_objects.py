@@ -14,10 +14,7 @@ questions cuda.core would otherwise ask the driver.
 from __future__ import annotations
 
 import ctypes
-import os
 import struct
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -408,16 +405,10 @@ LAUNCH = textwrap.dedent(
 )
 
 
-def test_launches_take_the_fast_path_and_check_devices(stand_in_driver):
+def test_launches_take_the_fast_path_and_check_devices(run_on_stand_in):
     """Against the stand-in driver (benchmarks/fake_driver, one device): views and buffers are
     packed by fastlaunch, and one that names device 1 is refused by the device check."""
-    code = LAUNCH.format(tests=str(Path(__file__).parent))
-    env = {**os.environ, "FASTLAUNCH_CUDA_DRIVER": str(stand_in_driver)}
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    lines = run_on_stand_in(LAUNCH.format(tests=str(Path(__file__).parent)))
     assert lines[0] == "launched"
     refusal = (
         "its memory is on device 1 (the device its source names) but the launch is on device 0"

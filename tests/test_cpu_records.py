@@ -6,9 +6,6 @@ driver; the copies are proven on the GPU (tests/test_gpu_records.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -108,13 +105,8 @@ LAUNCH = textwrap.dedent(
 )
 
 
-def test_records_launch_on_the_fast_path_and_are_not_bound(stand_in_driver):
-    env = {**os.environ, "FASTLAUNCH_CUDA_DRIVER": str(stand_in_driver)}
-    done = subprocess.run(
-        [sys.executable, "-c", LAUNCH], capture_output=True, text=True, timeout=120, env=env
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+def test_records_launch_on_the_fast_path_and_are_not_bound(run_on_stand_in):
+    lines = run_on_stand_in(LAUNCH)
     assert lines[0] == "launched"
     assert len(lines) == 2
     assert "bound launches and graph argument updates take no records" in lines[1]
