@@ -452,7 +452,8 @@ class _Typed:
 def _launch_configuration(
     kernel: Kernel, griddim: tuple, blockdim: tuple, stream: Any, sharedmem: int
 ) -> Any:
-    """numba-cuda's ``_LaunchConfiguration`` for a launch that compiles. Built without its
+    """numba-cuda's ``_LaunchConfiguration`` for a launch fastlaunch hands to numba-cuda (to
+    compile, or to launch), with this kernel as its ``dispatcher``. Built without its
     ``__init__``, which would warn of low occupancy again (fastlaunch already has, once)."""
     from numba.cuda.dispatcher import _LaunchConfiguration
 
