@@ -33,7 +33,7 @@ pub use launch::LaunchDims;
 pub use library::{Kernel, KernelAttribute, Library};
 pub use memory::{DeviceBuffer, PointerLocation, StagedCopy};
 pub use params::ParamBuffer;
-pub use stream::{Event, Stream};
+pub use stream::{Event, Stream, LEGACY_STREAM, PER_THREAD_STREAM};
 
 use sys::{Api, CUresult, CUDA_ERROR_NO_DEVICE, CUDA_SUCCESS};
 

@@ -2,6 +2,11 @@
 
 use std::ptr;
 
+/// The legacy default stream (`CU_STREAM_LEGACY`): synchronises with every blocking stream.
+pub const LEGACY_STREAM: usize = crate::sys::CU_STREAM_LEGACY;
+/// The calling thread's default stream (`CU_STREAM_PER_THREAD`).
+pub const PER_THREAD_STREAM: usize = crate::sys::CU_STREAM_PER_THREAD;
+
 use crate::error::Result;
 use crate::sys::{self, CUevent, CUstream};
 use crate::Driver;

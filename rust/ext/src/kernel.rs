@@ -18,7 +18,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use pyo3::{ffi, intern};
 
-use crate::classify::{describe as describe_fingerprint, read_arg, ArgValue, Position, Scratch};
+use crate::classify::fingerprint::{describe as describe_fingerprint, split_arguments};
+use crate::classify::{read_arg, ArgValue, Position, Scratch};
 use crate::devices::{compute_capability_code, driver};
 use crate::errors::{Error, Result};
 use crate::graphs;
@@ -1043,7 +1044,7 @@ impl PackedArgs {
         Ok(PackedArgs {
             plan: plan.clone(),
             params: PackedParams::new(scratch.params.slots()),
-            arg_fingerprints: split_fingerprint(&scratch.fingerprint),
+            arg_fingerprints: split_arguments(&scratch.fingerprint),
             arg_slots,
             args: args.iter().map(Bound::unbind).collect(),
             launch_stream: scratch.launch_stream,
@@ -1131,18 +1132,6 @@ pub struct BoundLaunch {
     context: driver::Context,
     ordinal: usize,
     packed: PackedArgs,
-}
-
-/// The fingerprint bytes each argument contributed, in order.
-fn split_fingerprint(fingerprint: &[u8]) -> Vec<Box<[u8]>> {
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while i < fingerprint.len() {
-        let start = i;
-        crate::classify::skip_argument(fingerprint, &mut i);
-        parts.push(fingerprint[start..i.min(fingerprint.len())].into());
-    }
-    parts
 }
 
 impl Launcher {

@@ -372,7 +372,10 @@ pub fn check_devices(
             if device != ordinal {
                 let found = ValueAt {
                     value,
-                    argument: crate::classify::argument_of_value(&scratch.fingerprint, value),
+                    argument: crate::classify::fingerprint::argument_of_value(
+                        &scratch.fingerprint,
+                        value,
+                    ),
                 };
                 reach_peer(
                     driver,

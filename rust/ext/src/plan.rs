@@ -6,9 +6,8 @@
 
 use fastlaunch_driver::ParamBuffer;
 
-use crate::classify::{
-    ArgValue, Position, ARRAY_TAG, DATETIME_TAG, ENUM_TAG, NAMED_TUPLE_TAG, RECORD_TAG, TUPLE_TAG,
-};
+use crate::classify::fingerprint::{argument_of_value, Item, Walker};
+use crate::classify::{ArgValue, Position};
 use crate::errors::{Error, Result};
 use crate::scalar::Scalar;
 
@@ -57,40 +56,36 @@ impl Plan {
     /// count, arrays where arrays are expected with the same ndim, scalars for scalars
     /// (enum members and datetimes are scalars; tuple headers stand for no parameter).
     pub fn check_fingerprint(&self, fingerprint: &[u8]) -> Result<()> {
-        let mut i = 0;
+        let mut walker = Walker::new(fingerprint);
         let mut params = self.params.iter().enumerate();
-        while i < fingerprint.len() {
-            let tag = fingerprint[i];
-            match tag {
-                TUPLE_TAG => {
-                    i += 2;
-                    continue;
-                }
-                NAMED_TUPLE_TAG => {
-                    i += 4;
-                    continue;
-                }
-                _ => {}
+        while !walker.is_done() {
+            let item = walker.item().map_err(|_| {
+                Error::Value(format!(
+                    "plan has {} parameters, the arguments a different number",
+                    self.params.len()
+                ))
+            })?;
+            if let Item::Tuple { .. } = item {
+                continue;
             }
             let (index, param) = params
                 .next()
                 .ok_or_else(|| Error::Value("arguments outnumber the plan's parameters".into()))?;
-            match (param, tag) {
-                (Param::Array { ndim }, ARRAY_TAG)
-                    if fingerprint.get(i + 2).map(|&n| usize::from(n)) == Some(*ndim) =>
-                {
-                    i += 4
+            let fits = match (param, item) {
+                (Param::Array { ndim }, Item::Array { ndim: given, .. }) => {
+                    usize::from(given) == *ndim
                 }
-                (Param::Scalar(_), ENUM_TAG | DATETIME_TAG) | (Param::Record, RECORD_TAG) => i += 3,
-                (Param::Scalar(_), tag) if Scalar::from_code(tag).is_some() => i += 1,
-                _ => {
-                    return Err(Error::Value(format!(
-                        "plan entry {index} ({param:?}) does not fit the argument's kind"
-                    )))
-                }
+                (Param::Scalar(_), Item::Scalar(_) | Item::Enum(_) | Item::Datetime { .. }) => true,
+                (Param::Record, Item::Record(_)) => true,
+                _ => false,
+            };
+            if !fits {
+                return Err(Error::Value(format!(
+                    "plan entry {index} ({param:?}) does not fit the argument's kind"
+                )));
             }
         }
-        if i != fingerprint.len() || params.next().is_some() {
+        if params.next().is_some() {
             return Err(Error::Value(format!(
                 "plan has {} parameters, the arguments a different number",
                 self.params.len()
@@ -172,7 +167,7 @@ fn rename_argument(error: Error, fingerprint: &[u8], names: &[String]) -> Error 
         Error::Argument {
             position, message, ..
         } => {
-            let argument = crate::classify::argument_of_value(fingerprint, position);
+            let argument = argument_of_value(fingerprint, position);
             Error::Argument {
                 position: argument,
                 name: names.get(argument).cloned().unwrap_or_default(),
@@ -186,6 +181,7 @@ fn rename_argument(error: Error, fingerprint: &[u8], names: &[String]) -> Error 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::fingerprint::ARRAY_TAG;
     use crate::classify::ArrayArg;
     use crate::scalar::Value;
 

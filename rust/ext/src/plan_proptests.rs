@@ -8,9 +8,8 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::{Param, Plan};
-use crate::classify::{
-    ArgValue, ArrayArg, ARRAY_TAG, DATETIME_TAG, ENUM_TAG, MAX_NDIM, RECORD_TAG,
-};
+use crate::classify::fingerprint::{ARRAY_TAG, DATETIME_TAG, ENUM_TAG, RECORD_TAG};
+use crate::classify::{ArgValue, ArrayArg, MAX_NDIM};
 use crate::scalar::{Scalar, Value, ALL_SCALARS};
 
 /// Slots one plan entry packs: an N-d array is 5 + 2N, complex two, other scalars and

@@ -1,0 +1,139 @@
+//! Tuples, named tuples and enum members. Tuples are flattened: each member is read as an
+//! argument of its own and pushes its own value, as numba passes them. Enum members pass
+//! their `value`. The classes whose identity is part of a numba type (enums, named tuples,
+//! record dtypes) get a process-wide id, which the fingerprint carries.
+
+use std::sync::Mutex;
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
+
+use super::{fingerprint, has_attribute, read_arg, Position, Scratch, Strategy};
+use crate::errors::Result;
+
+/// How `arg` is read if it is a tuple, a named tuple or a member of an enum whose values
+/// are all numbers (`is_enum`: it is an `Enum` member).
+pub(super) fn strategy(
+    arg: &Bound<'_, PyAny>,
+    class: &Bound<'_, PyAny>,
+    is_enum: bool,
+) -> Option<Strategy> {
+    let py = arg.py();
+    if is_enum && enum_values_are_numbers(class) {
+        if let Some(id) = class_id(class) {
+            return Some(Strategy::Enum(id));
+        }
+    }
+    if arg.is_instance_of::<PyTuple>() {
+        if arg.get_type().is(py.get_type::<PyTuple>()) {
+            return Some(Strategy::Tuple(None));
+        }
+        if has_attribute(class, "_fields") {
+            if let Some(id) = class_id(class) {
+                return Some(Strategy::Tuple(Some(id)));
+            }
+        }
+    }
+    None
+}
+
+/// Tuples deeper than this go to numba-cuda's path (and no recursion runs away).
+pub(super) const MAX_TUPLE_DEPTH: usize = 8;
+
+/// Classes whose identity is part of a numba type (enums, named tuples), by id.
+static CLASSES: Mutex<Vec<Py<PyAny>>> = Mutex::new(Vec::new());
+
+/// The id of `class` in [`CLASSES`], adding it on first sight (`None` past 65 536 classes).
+#[cold]
+pub(super) fn class_id(class: &Bound<'_, PyAny>) -> Option<u16> {
+    let mut classes = CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(id) = classes.iter().position(|c| c.as_ptr() == class.as_ptr()) {
+        return u16::try_from(id).ok();
+    }
+    let id = u16::try_from(classes.len()).ok()?;
+    classes.push(class.clone().unbind());
+    Some(id)
+}
+
+/// The class with id `id` (for describing fingerprints on a miss).
+pub(super) fn class_by_id(py: Python<'_>, id: u16) -> PyResult<Py<PyAny>> {
+    let classes = CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+    classes
+        .get(usize::from(id))
+        .map(|c| c.clone_ref(py))
+        .ok_or_else(fingerprint::bad_fingerprint)
+}
+
+/// Whether every member of an enum class has an int, float or bool value (numba types
+/// such enums; others go to its own launch path).
+fn enum_values_are_numbers(class: &Bound<'_, PyAny>) -> bool {
+    let py = class.py();
+    let Ok(members) = class.getattr(intern!(py, "__members__")) else {
+        return false;
+    };
+    let Ok(values) = members.call_method0(intern!(py, "values")) else {
+        return false;
+    };
+    let Ok(values) = values.try_iter() else {
+        return false;
+    };
+    let mut any = false;
+    for member in values {
+        let Ok(value) = member.and_then(|m| m.getattr(intern!(py, "value"))) else {
+            return false;
+        };
+        let exact = value.get_type();
+        let number = exact.is(py.get_type::<PyInt>())
+            || exact.is(py.get_type::<PyFloat>())
+            || exact.is(py.get_type::<PyBool>());
+        if !number {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
+/// A tuple: its header, then each member read as an argument of its own.
+pub(super) fn read_tuple(
+    arg: &Bound<'_, PyAny>,
+    class: Option<u16>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let tuple = arg.cast::<PyTuple>().map_err(PyErr::from)?;
+    let Ok(count) = u8::try_from(tuple.len()) else {
+        scratch.needs_numba = true; // numba-cuda passes long tuples itself
+        return Ok(());
+    };
+    if scratch.tuple_depth >= MAX_TUPLE_DEPTH {
+        scratch.needs_numba = true;
+        return Ok(());
+    }
+    scratch.has_tuple = true;
+    fingerprint::push_tuple(&mut scratch.fingerprint, class, count);
+    scratch.tuple_depth += 1;
+    let members = tuple
+        .iter()
+        .try_for_each(|member| read_arg(&member, at, scratch));
+    scratch.tuple_depth -= 1;
+    members
+}
+
+/// An `Enum` / `IntEnum` member: numba passes its `value`.
+pub(super) fn read_enum(
+    arg: &Bound<'_, PyAny>,
+    class: u16,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let value = arg.getattr(intern!(arg.py(), "value"))?;
+    fingerprint::push_enum(&mut scratch.fingerprint, class);
+    // The value is an exact int, float or bool (`enum_values_are_numbers`): read it as
+    // such an argument, then drop its type byte, which the enum class already fixes.
+    let class_end = scratch.fingerprint.len();
+    read_arg(&value, at, scratch)?;
+    scratch.fingerprint.truncate(class_end);
+    Ok(())
+}

@@ -1,0 +1,333 @@
+//! What every array source shares: the element type of a dtype, shape and byte strides
+//! staged into the scratch (and dropped again if the array is refused), numba's layout,
+//! and fast reads of Python ints.
+
+use std::cell::RefCell;
+
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyInt, PyTuple};
+
+use super::fingerprint::{self, LAYOUT_A, LAYOUT_C, LAYOUT_F};
+use super::{type_name, ArgValue, ArrayArg, Position, Scratch};
+use crate::errors::Result;
+use crate::scalar::Scalar;
+
+/// Arrays with more dimensions than this are refused (NumPy's own limit is 64).
+pub(crate) const MAX_NDIM: usize = 64;
+
+thread_local! {
+    static DTYPES: RefCell<Vec<CachedDtype>> = const { RefCell::new(Vec::new()) };
+}
+
+struct CachedDtype {
+    dtype_ptr: usize,
+    scalar: Scalar,
+    _dtype: Py<PyAny>,
+}
+
+/// The element type of a NumPy dtype object, cached per dtype object.
+pub(super) fn dtype_scalar(dtype: &Bound<'_, PyAny>) -> Result<Option<Scalar>> {
+    let dtype_ptr = dtype.as_ptr() as usize;
+    let cached = DTYPES.with(|dtypes| {
+        dtypes
+            .borrow()
+            .iter()
+            .find(|d| d.dtype_ptr == dtype_ptr)
+            .map(|d| d.scalar)
+    });
+    if cached.is_some() {
+        return Ok(cached);
+    }
+    let typestr: String = dtype.getattr(intern!(dtype.py(), "str"))?.extract()?;
+    let scalar = Scalar::from_typestr(&typestr);
+    if let Some(scalar) = scalar {
+        DTYPES.with(|dtypes| {
+            dtypes.borrow_mut().push(CachedDtype {
+                dtype_ptr,
+                scalar,
+                _dtype: dtype.clone().unbind(),
+            })
+        });
+    }
+    Ok(scalar)
+}
+
+/// One array's shape and byte strides, appended to `Scratch::dims` and checked.
+#[derive(Clone, Copy)]
+pub(super) struct StagedDims {
+    /// Where the shape starts in `Scratch::dims`; the strides follow it.
+    at: usize,
+    ndim: usize,
+    nitems: i64,
+}
+
+/// Appends one array's shape then byte strides to `dims` with `append` (which sees `dims`
+/// as it was), and checks them. On any error what was appended is dropped, so a refused
+/// argument leaves nothing behind: every array source stages its dims through here.
+#[inline]
+pub(super) fn stage_dims(
+    dims: &mut Vec<i64>,
+    at: Position<'_>,
+    append: impl FnOnce(&mut Vec<i64>) -> Result<()>,
+) -> Result<StagedDims> {
+    let start = dims.len();
+    let checked = append(dims).and_then(|()| check_dims(&dims[start..], at));
+    match checked {
+        Ok((ndim, nitems)) => Ok(StagedDims {
+            at: start,
+            ndim,
+            nitems,
+        }),
+        Err(error) => {
+            dims.truncate(start);
+            Err(error)
+        }
+    }
+}
+
+/// The dimension count and element count of staged shape-then-strides values.
+#[inline]
+fn check_dims(staged: &[i64], at: Position<'_>) -> Result<(usize, i64)> {
+    let ndim = staged.len() / 2;
+    if ndim > MAX_NDIM {
+        return Err(at.error(format!(
+            "arrays of {ndim} dimensions are not supported (at most {MAX_NDIM})"
+        )));
+    }
+    let nitems = staged[..ndim].iter().try_fold(1i64, |nitems, &extent| {
+        if extent < 0 {
+            return Err(at.error(format!("array shape has a negative extent {extent}")));
+        }
+        nitems
+            .checked_mul(extent)
+            .ok_or_else(|| at.error("array shape overflows 64 bits"))
+    })?;
+    Ok((ndim, nitems))
+}
+
+/// Records an array whose dims were staged: computes its layout, pushes value and
+/// fingerprint.
+#[inline]
+pub(super) fn push_staged(
+    scratch: &mut Scratch,
+    data: u64,
+    scalar: Scalar,
+    staged: StagedDims,
+    readonly: bool,
+) {
+    let StagedDims { at, ndim, nitems } = staged;
+    let (shape, strides) = scratch.dims[at..at + 2 * ndim].split_at(ndim);
+    let itemsize = scalar.itemsize() as i64;
+    let layout = layout_of(shape, strides, itemsize);
+    fingerprint::push_array(&mut scratch.fingerprint, scalar, ndim, layout, readonly);
+    scratch.values.push(ArgValue::Array(ArrayArg {
+        data,
+        itemsize: itemsize as u64,
+        nitems: nitems as u64,
+        ndim,
+        dims_at: at,
+    }));
+}
+
+/// Pushes an array given its shape and byte strides (C-contiguous strides when `None`).
+pub(super) fn push_array(
+    scratch: &mut Scratch,
+    at: Position<'_>,
+    data: u64,
+    scalar: Scalar,
+    shape: impl ExactSizeIterator<Item = i64>,
+    strides: Option<impl ExactSizeIterator<Item = i64>>,
+    readonly: bool,
+) -> Result<()> {
+    let staged = stage_dims(&mut scratch.dims, at, |dims| {
+        let (start, ndim) = (dims.len(), shape.len());
+        dims.extend(shape);
+        match strides {
+            Some(strides) if strides.len() != ndim => Err(at.error(format!(
+                "array has {ndim} dimensions but {} strides",
+                strides.len()
+            ))),
+            Some(strides) => {
+                dims.extend(strides);
+                Ok(())
+            }
+            None => {
+                append_c_strides(dims, start, scalar.itemsize() as i64);
+                Ok(())
+            }
+        }
+    })?;
+    push_staged(scratch, data, scalar, staged, readonly);
+    Ok(())
+}
+
+/// Pushes an array whose `shape` and `strides` (bytes) are tuples of ints, read straight
+/// into the scratch.
+pub(super) fn push_from_tuples(
+    at: Position<'_>,
+    scratch: &mut Scratch,
+    data: u64,
+    scalar: Scalar,
+    shape: &Bound<'_, PyAny>,
+    strides: &Bound<'_, PyAny>,
+) -> Result<()> {
+    let staged = stage_dims(&mut scratch.dims, at, |dims| {
+        let ndim = extend_from_int_tuple(dims, shape, "shape", at)?;
+        let nstrides = extend_from_int_tuple(dims, strides, "strides", at)?;
+        if nstrides == ndim {
+            Ok(())
+        } else {
+            Err(at.error(format!(
+                "array has {ndim} dimensions but {nstrides} strides"
+            )))
+        }
+    })?;
+    push_staged(scratch, data, scalar, staged, false);
+    Ok(())
+}
+
+/// Appends C-contiguous byte strides for the shape staged in `dims` from `staged` on.
+pub(super) fn append_c_strides(dims: &mut Vec<i64>, staged: usize, itemsize: i64) {
+    let ndim = dims.len() - staged;
+    dims.resize(staged + 2 * ndim, 0);
+    let mut stride = itemsize;
+    for d in (0..ndim).rev() {
+        dims[staged + ndim + d] = stride;
+        stride = stride.saturating_mul(dims[staged + d].max(1));
+    }
+}
+
+/// numba's layout for an array: 'C' if C-contiguous, else 'F' if Fortran-contiguous,
+/// else 'A'. Extents of 1 place no constraint on their stride; an empty array is
+/// contiguous. A zero stride on a non-empty array (broadcast) is always 'A'.
+pub(super) fn layout_of(shape: &[i64], strides: &[i64], itemsize: i64) -> u8 {
+    if shape.contains(&0) {
+        return LAYOUT_C;
+    }
+    // i128: a stride product past i64 cannot wrap around to a matching value.
+    let contiguous = |order: &mut dyn Iterator<Item = usize>| {
+        let mut expected = i128::from(itemsize);
+        for d in order {
+            if shape[d] != 1 && i128::from(strides[d]) != expected {
+                return false;
+            }
+            expected = expected.saturating_mul(i128::from(shape[d]));
+        }
+        true
+    };
+    if contiguous(&mut (0..shape.len()).rev()) {
+        LAYOUT_C
+    } else if contiguous(&mut (0..shape.len())) {
+        LAYOUT_F
+    } else {
+        LAYOUT_A
+    }
+}
+
+pub(super) fn int_tuple<'py>(
+    obj: &Bound<'py, PyAny>,
+    what: &str,
+    at: Position<'_>,
+) -> Result<Bound<'py, PyTuple>> {
+    obj.cast::<PyTuple>().cloned().map_err(|_| {
+        at.error(format!(
+            "{what} must be a tuple of ints, got {}",
+            type_name(obj)
+        ))
+    })
+}
+
+pub(super) fn tuple_ints<'a>(
+    tuple: &'a Bound<'_, PyTuple>,
+    what: &'a str,
+    at: Position<'a>,
+) -> Result<Vec<i64>> {
+    tuple
+        .iter()
+        .map(|v| {
+            v.extract::<i64>()
+                .map_err(|_| at.error(format!("{what} must be a tuple of ints, got {tuple}")))
+        })
+        .collect()
+}
+
+/// Structured, datetime and timedelta dtypes: numba-cuda types and passes these itself.
+pub(super) fn numba_only_dtype(dtype: &Bound<'_, PyAny>) -> bool {
+    dtype
+        .getattr(intern!(dtype.py(), "kind"))
+        .and_then(|kind| kind.extract::<String>())
+        .is_ok_and(|kind| matches!(kind.as_str(), "V" | "M" | "m"))
+}
+
+/// The element type of an array's dtype; `None` when only numba-cuda can pass the array.
+pub(super) fn element_type(dtype: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Option<Scalar>> {
+    match dtype_scalar(dtype)? {
+        Some(scalar) => Ok(Some(scalar)),
+        None if numba_only_dtype(dtype) => Ok(None),
+        None => Err(at.error(format!("arrays of dtype {dtype} are not supported"))),
+    }
+}
+
+/// Appends the ints of a tuple to `dims`, returning how many: item access is borrowed (no
+/// reference counting) and each int is read with one C call.
+pub(super) fn extend_from_int_tuple(
+    dims: &mut Vec<i64>,
+    value: &Bound<'_, PyAny>,
+    what: &str,
+    at: Position<'_>,
+) -> Result<usize> {
+    let tuple = int_tuple(value, what, at)?;
+    let len = tuple.len();
+    for i in 0..len {
+        // SAFETY: `i` is below the tuple's length; the borrowed item lives as long as the tuple.
+        let item = unsafe { ffi::PyTuple_GetItem(tuple.as_ptr(), i as ffi::Py_ssize_t) };
+        // SAFETY: `item` is a valid object; a failure returns -1 with an exception set.
+        let number = unsafe { ffi::PyLong_AsLongLong(item) };
+        // SAFETY: checking and clearing this thread's exception state.
+        if number == -1 && unsafe { !ffi::PyErr_Occurred().is_null() } {
+            // SAFETY: as above.
+            unsafe { ffi::PyErr_Clear() };
+            return Err(at.error(format!("{what} must be a tuple of ints, got {tuple}")));
+        }
+        dims.push(number);
+    }
+    Ok(len)
+}
+
+/// An int as u64 with one C call (PyO3's generic extraction is several times slower).
+pub(super) fn int_as_u64(value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    // SAFETY: a valid object; failure returns u64::MAX with an exception set.
+    let number = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
+    if number == u64::MAX {
+        if let Some(err) = PyErr::take(value.py()) {
+            return Err(err);
+        }
+    }
+    Ok(number)
+}
+
+/// An int as i64 with one C call.
+pub(super) fn int_as_i64(value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    // SAFETY: a valid object; failure returns -1 with an exception set.
+    let number = unsafe { ffi::PyLong_AsLongLong(value.as_ptr()) };
+    if number == -1 {
+        if let Some(err) = PyErr::take(value.py()) {
+            return Err(err);
+        }
+    }
+    Ok(number)
+}
+
+/// A device pointer given as an int, or as an object `int()` converts (a cuda.bindings
+/// `CUdeviceptr`).
+pub(super) fn pointer_as_u64(value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if value.is_exact_instance_of::<PyInt>() {
+        return int_as_u64(value);
+    }
+    // SAFETY: PyNumber_Long returns a new reference, or null with an exception set.
+    let number =
+        unsafe { Bound::from_owned_ptr_or_err(value.py(), ffi::PyNumber_Long(value.as_ptr())) }?;
+    int_as_u64(&number)
+}

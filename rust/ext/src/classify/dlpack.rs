@@ -1,0 +1,126 @@
+//! DLPack: producers of the DLPack C exchange API (torch: a tensor view with no Python
+//! call) and generic `__dlpack__` producers (a capsule). The tensor structs are read in
+//! `crate::dlpack`, which states their invariants.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::arrays::push_array;
+use super::{type_name, Position, Scratch, ValueAt};
+use crate::dlpack::{self as ffi_dlpack, DLTensor, ExchangeApi};
+use crate::errors::Result;
+use crate::scalar::Scalar;
+use fastlaunch_driver as driver;
+
+/// A producer of the DLPack C exchange API: its tensor, and where to ask its current stream.
+#[inline]
+pub(super) fn read_exchange(
+    arg: &Bound<'_, PyAny>,
+    api: ExchangeApi,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let mut tensor = DLTensor::empty();
+    // SAFETY: the API belongs to this object's type; the tensor is caller-owned.
+    let rc = unsafe { (api.from_py_object)(arg.as_ptr().cast(), &mut tensor) };
+    if rc != 0 {
+        let cause = PyErr::fetch(arg.py());
+        return Err(at.error(format!(
+            "{} could not be exported through DLPack: {cause}",
+            type_name(arg)
+        )));
+    }
+    if let Some(query) = api.current_work_stream {
+        scratch.exchange_stream = Some((query, tensor.device.device_type, tensor.device.device_id));
+    }
+    push_dltensor(arg, &tensor, at, scratch)
+}
+
+/// Pushes the array a DLPack tensor describes.
+fn push_dltensor(
+    arg: &Bound<'_, PyAny>,
+    tensor: &DLTensor,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let device = tensor.device.device_type;
+    if device == ffi_dlpack::KDL_CUDA {
+        let ordinal = usize::try_from(tensor.device.device_id)
+            .map_err(|_| at.error("DLPack tensor has a negative device id"))?;
+        let value = ValueAt::next(scratch, at);
+        scratch.claimed_devices.push((value, ordinal));
+    }
+    if !matches!(
+        device,
+        ffi_dlpack::KDL_CUDA | ffi_dlpack::KDL_CUDA_MANAGED | ffi_dlpack::KDL_CUDA_HOST
+    ) {
+        return Err(at.error(format!(
+            "{} is not in CUDA memory (DLPack device type {device}); move it to the GPU first",
+            type_name(arg)
+        )));
+    }
+    let dtype = tensor.dtype;
+    let scalar = Scalar::from_dlpack(dtype.code, dtype.bits, dtype.lanes).ok_or_else(|| {
+        at.error(format!(
+            "{} has DLPack dtype (code {}, bits {}, lanes {}), which numba kernels cannot take",
+            type_name(arg),
+            dtype.code,
+            dtype.bits,
+            dtype.lanes
+        ))
+    })?;
+    let ndim =
+        usize::try_from(tensor.ndim).map_err(|_| at.error("DLPack tensor has negative ndim"))?;
+    if ndim > 0 && tensor.shape.is_null() {
+        return Err(at.error("DLPack tensor has no shape"));
+    }
+    // SAFETY: per the module invariants, shape has ndim values and strides is null or has
+    // ndim values, valid while `arg` (held by the caller) lives.
+    let shape: &[i64] = if ndim == 0 {
+        &[]
+    } else {
+        unsafe { std::slice::from_raw_parts(tensor.shape, ndim) }
+    };
+    let strides: Option<&[i64]> = if tensor.strides.is_null() || ndim == 0 {
+        None
+    } else {
+        // SAFETY: as above.
+        Some(unsafe { std::slice::from_raw_parts(tensor.strides, ndim) })
+    };
+    let itemsize = scalar.itemsize() as i64;
+    let data = (tensor.data as u64).wrapping_add(tensor.byte_offset);
+    push_array(
+        scratch,
+        at,
+        data,
+        scalar,
+        shape.iter().copied(),
+        strides.map(|s| s.iter().map(move |elements| elements * itemsize)),
+        false,
+    )
+}
+
+/// A generic `__dlpack__` producer, asked for a capsule ordered before the launch stream.
+pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let py = arg.py();
+    let kwargs = PyDict::new(py);
+    // The consumer's stream (1 for the legacy default): the producer orders itself before it.
+    let stream = if scratch.launch_stream == 0 {
+        driver::LEGACY_STREAM
+    } else {
+        scratch.launch_stream
+    };
+    kwargs.set_item("stream", stream)?;
+    let capsule = arg
+        .call_method(intern!(py, "__dlpack__"), (), Some(&kwargs))
+        .map_err(|e| at.error(format!("{}.__dlpack__() failed: {e}", type_name(arg))))?;
+    let tensor = ffi_dlpack::tensor_from_capsule(&capsule).ok_or_else(|| {
+        at.error(format!(
+            "{}.__dlpack__() did not return a DLPack capsule",
+            type_name(arg)
+        ))
+    })?;
+    scratch.keepalive.push(capsule.unbind());
+    push_dltensor(arg, &tensor, at, scratch)
+}

@@ -1,0 +1,355 @@
+//! Argument classification: read each launch argument once, into a value the packer
+//! uses and fingerprint bytes (see [`fingerprint`]) that fix its numba type exactly.
+//!
+//! Python builtins (`float`, `int`, `bool`, `complex`) are recognised by exact type
+//! pointer in [`read_arg`]. Every other type is resolved once per thread to a [`Strategy`],
+//! cached by type pointer (the type is held so the pointer cannot be reused), and read by
+//! the file of its source:
+//!
+//! - `scalars`: Python and NumPy scalars, `datetime64` / `timedelta64`;
+//! - `numba`: numba-cuda `DeviceNDArray` (with a cache of recently launched arrays);
+//! - `cupy`: `cupy.ndarray`;
+//! - `dlpack`: DLPack C exchange API producers (torch) and generic `__dlpack__`;
+//! - `cai`: generic `__cuda_array_interface__` objects;
+//! - `cuda_core`: cuda.core `Buffer` and `StridedMemoryView`;
+//! - `aggregates`: tuples, named tuples and enum members;
+//! - `records`: structured NumPy scalars;
+//! - `arrays`: what every array source shares (shape, strides, layout, dtypes).
+//!
+//! Adding a source: a file with its `read` function, a [`Strategy`] variant, its arm in
+//! [`read_arg`], and its test in [`resolve_strategy`] (in the order the sources are tried).
+
+mod aggregates;
+mod arrays;
+mod cai;
+mod cuda_core;
+mod cupy;
+mod dlpack;
+pub(crate) mod fingerprint;
+mod numba;
+mod records;
+mod scalars;
+
+use std::cell::RefCell;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::dlpack::ExchangeApi;
+use crate::errors::{Error, Result};
+use crate::scalar::{Scalar, Value};
+use fastlaunch_driver as driver;
+
+#[cfg(test)]
+pub(crate) use arrays::MAX_NDIM;
+
+/// An array argument: what the packer needs. `dims_at` indexes the scratch's `dims`,
+/// where `ndim` shape values are followed by `ndim` byte strides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArrayArg {
+    pub data: u64,
+    pub itemsize: u64,
+    pub nitems: u64,
+    pub ndim: usize,
+    pub dims_at: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ArgValue {
+    Array(ArrayArg),
+    Scalar(Value),
+    /// A record: the device address of its copy (0 until the launch stages it; see
+    /// [`RecordCopy`]), passed as one pointer parameter.
+    Record {
+        device: u64,
+    },
+}
+
+/// A record argument's host bytes, which the launch copies to the device before packing and
+/// back after (numba-cuda's `InOut` default for records). The argument object keeps the
+/// bytes alive and in place for the launch (a structured scalar holds its array).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordCopy {
+    /// Its value in `Scratch::values`.
+    pub value: usize,
+    pub host: usize,
+    pub len: usize,
+    /// Whether the bytes may be written: a record of a read-only array is not copied back.
+    pub writable: bool,
+}
+
+/// Per-launch working memory, reused by each thread so a launch allocates nothing.
+#[derive(Default)]
+pub struct Scratch {
+    pub fingerprint: Vec<u8>,
+    pub values: Vec<ArgValue>,
+    pub dims: Vec<i64>,
+    pub params: fastlaunch_driver::ParamBuffer,
+    /// Objects that must live until the launch is submitted (DLPack capsules).
+    pub keepalive: Vec<Py<PyAny>>,
+    /// The launch's stream, given to `__dlpack__` producers.
+    pub launch_stream: usize,
+    /// Streams that produced the inputs (CUDA Array Interface v3 `stream`).
+    pub producers: Vec<usize>,
+    /// A DLPack exchange-API producer among the inputs: where to ask its current stream.
+    pub exchange_stream: Option<(crate::dlpack::CurrentWorkStream, i32, i32)>,
+    /// Whether a CuPy array is among the inputs (CuPy's current stream then counts).
+    pub has_cupy: bool,
+    /// An argument only numba-cuda's own launch path can pass (see `Strategy::Numba`).
+    pub needs_numba: bool,
+    /// Arrays whose source names their device, and the device.
+    pub claimed_devices: Vec<(ValueAt, usize)>,
+    /// Arrays whose pointers the launch asks the driver about (generic CUDA Array
+    /// Interface objects, whose pointer may be anything).
+    pub unverified_pointers: Vec<ValueAt>,
+    /// A tuple among the arguments: values no longer map one-to-one to arguments.
+    pub has_tuple: bool,
+    /// How many tuples the member being read is inside.
+    pub tuple_depth: usize,
+    /// Records among the arguments, to copy to the device and back around the launch.
+    pub records: Vec<RecordCopy>,
+    /// Their device copies while the launch runs (emptied by the launch that made them).
+    pub staged: Vec<driver::StagedCopy>,
+}
+
+impl Scratch {
+    pub fn reset(&mut self) {
+        self.fingerprint.clear();
+        self.values.clear();
+        self.dims.clear();
+        self.params.clear();
+        self.keepalive.clear();
+        self.producers.clear();
+        self.exchange_stream = None;
+        self.has_cupy = false;
+        self.needs_numba = false;
+        self.claimed_devices.clear();
+        self.unverified_pointers.clear();
+        self.has_tuple = false;
+        self.tuple_depth = 0;
+        self.records.clear();
+    }
+}
+
+/// Where an array's value is in `Scratch::values`, and which argument it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueAt {
+    pub value: usize,
+    pub argument: usize,
+}
+
+impl ValueAt {
+    fn next(scratch: &Scratch, at: Position<'_>) -> ValueAt {
+        ValueAt {
+            value: scratch.values.len(),
+            argument: at.index,
+        }
+    }
+}
+
+/// How arguments of one Python type are read.
+#[derive(Clone, Copy)]
+enum Strategy {
+    /// Kinds numba-cuda launches and fastlaunch does not pack: host arrays, `cuda.In` /
+    /// `Out` / `InOut`, datetime arrays, device records, enums of other values.
+    Numba,
+    NumpyScalar(Scalar),
+    NumbaDeviceArray,
+    /// cuda.core `Buffer`: bytes, typed as numba-cuda types them (1-D C uint8, writable).
+    CoreBuffer,
+    /// cuda.core `StridedMemoryView`: read through its attributes.
+    CoreStridedView,
+    CupyArray,
+    Exchange(ExchangeApi),
+    CudaArrayInterface,
+    DLPack,
+    /// Tuples and named tuples (class id for named ones): members read one by one.
+    Tuple(Option<u16>),
+    /// `Enum` / `IntEnum` members of the class with this id: their `value` is passed.
+    Enum(u16),
+    /// NumPy `datetime64` / `timedelta64` scalars: passed as int64.
+    Datetime,
+    /// NumPy structured scalars (`np.void`, `np.record`): passed as a pointer to a device copy.
+    Record,
+}
+
+struct CachedType {
+    type_ptr: usize,
+    strategy: Strategy,
+    _class: Py<PyAny>,
+}
+
+thread_local! {
+    static TYPES: RefCell<Vec<CachedType>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Where an argument is, for error messages.
+#[derive(Clone, Copy)]
+pub struct Position<'a> {
+    pub index: usize,
+    pub name: &'a str,
+}
+
+impl Position<'_> {
+    pub fn error(&self, message: impl Into<String>) -> Error {
+        Error::Argument {
+            position: self.index,
+            name: self.name.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Reads one argument into `scratch`: its value and its fingerprint bytes.
+#[inline]
+pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+    let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) };
+    // SAFETY: reading the address of static builtin type objects.
+    unsafe {
+        if type_ptr == (&raw mut ffi::PyFloat_Type).cast() {
+            let value = ffi::PyFloat_AsDouble(arg.as_ptr());
+            return scalars::push(scratch, Scalar::F64, Value::Float(value));
+        }
+        if type_ptr == (&raw mut ffi::PyLong_Type).cast() {
+            return scalars::read_int(arg, at, scratch);
+        }
+        if type_ptr == (&raw mut ffi::PyBool_Type).cast() {
+            let value = arg.as_ptr() == ffi::Py_True();
+            return scalars::push(scratch, Scalar::Bool, Value::Bool(value));
+        }
+        if type_ptr == (&raw mut ffi::PyComplex_Type).cast() {
+            let re = ffi::PyComplex_RealAsDouble(arg.as_ptr());
+            let im = ffi::PyComplex_ImagAsDouble(arg.as_ptr());
+            return scalars::push(scratch, Scalar::C128, Value::Complex(re, im));
+        }
+    }
+    let strategy = strategy_for(arg, at)?;
+    match strategy {
+        Strategy::NumpyScalar(scalar) => scalars::read_numpy(arg, scalar, scratch),
+        Strategy::NumbaDeviceArray => numba::read(arg, at, scratch),
+        Strategy::CoreBuffer => cuda_core::read_buffer(arg, at, scratch),
+        Strategy::CoreStridedView => cuda_core::read_view(arg, at, scratch),
+        Strategy::CupyArray => cupy::read(arg, at, scratch),
+        Strategy::Exchange(api) => dlpack::read_exchange(arg, api, at, scratch),
+        Strategy::CudaArrayInterface => cai::read(arg, at, scratch),
+        Strategy::DLPack => dlpack::read(arg, at, scratch),
+        Strategy::Tuple(class) => aggregates::read_tuple(arg, class, at, scratch),
+        Strategy::Enum(class) => aggregates::read_enum(arg, class, at, scratch),
+        Strategy::Datetime => scalars::read_datetime(arg, at, scratch),
+        Strategy::Record => records::read(arg, at, scratch),
+        Strategy::Numba => {
+            scratch.needs_numba = true;
+            Ok(())
+        }
+    }
+}
+
+/// `module.qualname` of an argument's type, for error messages.
+fn type_name(arg: &Bound<'_, PyAny>) -> String {
+    let class = arg.get_type();
+    match (class.module(), class.qualname()) {
+        (Ok(module), Ok(name)) if module != "builtins" => format!("{module}.{name}"),
+        (_, Ok(name)) => name.to_string(),
+        _ => "object".into(),
+    }
+}
+
+fn strategy_for(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy> {
+    // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+    let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
+    let cached = TYPES.with(|types| {
+        types
+            .borrow()
+            .iter()
+            .find(|t| t.type_ptr == type_ptr)
+            .map(|t| t.strategy)
+    });
+    if let Some(strategy) = cached {
+        return Ok(strategy);
+    }
+    let strategy = resolve_strategy(arg, at)?;
+    TYPES.with(|types| {
+        types.borrow_mut().push(CachedType {
+            type_ptr,
+            strategy,
+            _class: arg.get_type().into_any().unbind(),
+        })
+    });
+    Ok(strategy)
+}
+
+fn numpy_generic(py: Python<'_>) -> Option<Bound<'_, PyAny>> {
+    py.import("numpy").and_then(|np| np.getattr("generic")).ok()
+}
+
+fn has_attribute(object: &Bound<'_, PyAny>, name: &str) -> bool {
+    object.hasattr(name).unwrap_or(false)
+}
+
+/// Decides how to read a type never seen before on this thread.
+#[cold]
+fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy> {
+    let py = arg.py();
+    let class = arg.get_type().into_any();
+    if let Some(generic) = numpy_generic(py) {
+        if arg.is_instance(&generic)? {
+            return scalars::numpy_strategy(arg, at);
+        }
+    }
+    // Before the protocols: a view offers the DLPack C exchange API, whose tensor carries
+    // no read-only flag, and a buffer's `__dlpack__` says int8 where numba-cuda says uint8.
+    if let Some(strategy) = cuda_core::strategy(&arg.get_type()) {
+        return Ok(strategy);
+    }
+    if numba::is_device_array(arg, &class) {
+        return Ok(Strategy::NumbaDeviceArray);
+    }
+    if let Some(api) = crate::dlpack::exchange_api(&class) {
+        return Ok(Strategy::Exchange(api));
+    }
+    let module = arg
+        .get_type()
+        .module()
+        .map(|m| m.to_string())
+        .unwrap_or_default();
+    if cupy::is_cupy_array(&module, &class) {
+        return Ok(Strategy::CupyArray);
+    }
+    let is_host_array = py
+        .import("numpy")
+        .and_then(|np| np.getattr("ndarray"))
+        .and_then(|ndarray| arg.is_instance(&ndarray))
+        .unwrap_or(false);
+    let is_enum = py
+        .import("enum")
+        .and_then(|e| e.getattr("Enum"))
+        .and_then(|enum_class| arg.is_instance(&enum_class))
+        .unwrap_or(false);
+    if let Some(strategy) = aggregates::strategy(arg, &class, is_enum) {
+        return Ok(strategy);
+    }
+    let is_device_record =
+        has_attribute(&class, "__cuda_memory__") && !has_attribute(&class, "__cuda_ndarray__");
+    if is_host_array
+        || is_enum
+        || is_device_record
+        || arg.is_instance_of::<PyTuple>()
+        || module == "numba.cuda.args"
+    {
+        return Ok(Strategy::Numba);
+    }
+    // The generic protocols may be instance attributes (as on many test doubles).
+    if has_attribute(arg, "__cuda_array_interface__") {
+        return Ok(Strategy::CudaArrayInterface);
+    }
+    if has_attribute(arg, "__dlpack__") && has_attribute(arg, "__dlpack_device__") {
+        return Ok(Strategy::DLPack);
+    }
+    Err(at.error(format!(
+        "{} is not a supported kernel argument (expected a device array with \
+         __cuda_array_interface__ or __dlpack__, or a bool, int, float, complex or NumPy scalar)",
+        type_name(arg)
+    )))
+}

@@ -1,0 +1,78 @@
+//! Records: structured NumPy scalars (`np.void`, `np.record`), passed as a pointer to a
+//! device copy that the launch stages (see `RecordCopy`).
+
+use std::cell::RefCell;
+
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+
+use super::aggregates::class_id;
+use super::{fingerprint, ArgValue, Position, RecordCopy, Scratch};
+use crate::errors::Result;
+
+thread_local! {
+    /// Record dtypes this thread has seen, by address, with their id in `aggregates::CLASSES` (which
+    /// holds each dtype, so an address is never reused for another).
+    static RECORD_DTYPES: RefCell<Vec<(usize, u16)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A structured NumPy scalar (`np.void`, `np.record`): its dtype in the fingerprint, its
+/// bytes staged for the launch to copy. Unstructured void scalars (raw bytes) go to
+/// numba-cuda, which refuses them as numba-cuda does.
+pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    let py = arg.py();
+    let dtype = arg.getattr(intern!(py, "dtype"))?;
+    let address = dtype.as_ptr() as usize;
+    let known = RECORD_DTYPES.with(|known| {
+        known
+            .borrow()
+            .iter()
+            .find(|(seen, _)| *seen == address)
+            .map(|&(_, id)| id)
+    });
+    let id = match known {
+        Some(id) => id,
+        None => {
+            if dtype.getattr(intern!(py, "names"))?.is_none() {
+                scratch.needs_numba = true;
+                return Ok(());
+            }
+            let id = class_id(&dtype).ok_or_else(|| at.error("too many record dtypes"))?;
+            RECORD_DTYPES.with(|known| known.borrow_mut().push((address, id)));
+            id
+        }
+    };
+    let len: usize = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
+    let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
+    // SAFETY: a valid object and an out-struct; on success the view is released below.
+    if unsafe { ffi::PyObject_GetBuffer(arg.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_SIMPLE) } != 0 {
+        let cause = PyErr::fetch(py);
+        return Err(at.error(format!("record bytes could not be read: {cause}")));
+    }
+    // SAFETY: initialised by the successful call above.
+    let mut view = unsafe { view.assume_init() };
+    let (host, exported) = (view.buf as usize, usize::try_from(view.len).unwrap_or(0));
+    // The address stays valid after the release: a NumPy scalar's bytes live as long as the
+    // scalar (or the array it views, which it holds), and the argument outlives the launch.
+    // SAFETY: releasing the view obtained above, once.
+    unsafe { ffi::PyBuffer_Release(&mut view) };
+    if exported != len {
+        return Err(at.error(format!(
+            "record exports {exported} bytes but its dtype has {len}"
+        )));
+    }
+    let writable = arg
+        .getattr(intern!(py, "flags"))?
+        .getattr(intern!(py, "writeable"))?
+        .is_truthy()?;
+    fingerprint::push_record(&mut scratch.fingerprint, id);
+    scratch.records.push(RecordCopy {
+        value: scratch.values.len(),
+        host,
+        len,
+        writable,
+    });
+    scratch.values.push(ArgValue::Record { device: 0 });
+    Ok(())
+}
