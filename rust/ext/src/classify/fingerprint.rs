@@ -348,7 +348,7 @@ mod tests {
                 Item::Record(258),
             ]
         );
-        assert_eq!(split_arguments(&bytes).len(), 3);
+        assert_eq!(split_arguments(&bytes).len(), 4);
         assert_eq!(argument_of_value(&bytes, 0), 0);
         assert_eq!(argument_of_value(&bytes, 2), 1);
         assert_eq!(argument_of_value(&bytes, 3), 2);
