@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_void};
 use std::ptr;
 
 use crate::error::{Error, Result};
+use crate::params::ParamBuffer;
 use crate::sys::{self, CUgraph, CUgraphExec, CUgraphNode, CudaKernelNodeParams};
 use crate::Driver;
 
@@ -166,17 +167,23 @@ impl Graph {
     }
 
     /// Replaces the arguments of kernel node `node` in the executable graph: later launches
-    /// of the graph run it with the values `kernel_params` points to (copied by the driver).
+    /// of the graph run it with the values in `values`, prepared since they last changed
+    /// (copied by the driver).
     ///
     /// # Safety
-    /// `kernel_params` must hold one pointer per parameter of the node's kernel, each to a
-    /// value of that parameter's size, as for [`Driver::launch`].
+    /// `values` must hold one value per parameter of the node's kernel, each of that
+    /// parameter's size, as for [`crate::Function::launch`].
     pub unsafe fn set_kernel_node(
         &self,
         node: GraphNode,
         captured: &KernelNodeParams,
-        kernel_params: *mut *mut c_void,
+        values: &ParamBuffer,
     ) -> Result<()> {
+        let Some(kernel_params) = values.prepared() else {
+            return Err(Error::Invalid(
+                "kernel parameters changed since they were prepared".into(),
+            ));
+        };
         let mut params = captured.0;
         params.kernel_params = kernel_params;
         params.extra = ptr::null_mut();

@@ -4,9 +4,64 @@
 use std::ffi::c_void;
 use std::ptr;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::params::ParamBuffer;
 use crate::sys::{self, CUfunction, CUlaunchAttribute, CUlaunchConfig};
 use crate::Driver;
+
+/// A function to launch: a kernel's `CUfunction` in one context, or its `CUkernel`, which
+/// stands for one in whatever context is current. Valid while its library is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Function(pub(crate) CUfunction);
+
+// SAFETY: function handles are opaque tokens the driver accepts from any thread.
+unsafe impl Send for Function {}
+// SAFETY: as above; the handle is never written.
+unsafe impl Sync for Function {}
+
+/// What a launch asks beyond its dimensions: `cuLaunchKernelEx` attributes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchOptions {
+    /// A cooperative launch (grid-wide synchronisation).
+    pub cooperative: bool,
+    /// A thread block cluster shape (compute capability 9.0 and newer).
+    pub cluster: Option<[u32; 3]>,
+}
+
+impl Function {
+    /// Launches this function in the current context with the values in `params`, prepared
+    /// ([`ParamBuffer::prepare`]) since they last changed: `cuLaunchKernel`, or
+    /// `cuLaunchKernelEx` when `options` ask for attributes.
+    ///
+    /// # Safety
+    /// `params` must hold one value per kernel parameter, each of that parameter's size
+    /// (at most 8 bytes, at the start of its slot), and every device pointer among them must
+    /// be valid for the kernel.
+    #[inline]
+    pub unsafe fn launch(
+        &self,
+        driver: &Driver,
+        dims: &LaunchDims,
+        params: &ParamBuffer,
+        options: LaunchOptions,
+    ) -> Result<()> {
+        let Some(pointers) = params.prepared() else {
+            return Err(Error::Invalid(
+                "kernel parameters changed since they were prepared".into(),
+            ));
+        };
+        // SAFETY: the pointers point at the buffer's slots, which `params` keeps alive and
+        // unchanged (it is borrowed) until the driver has copied them; the rest is
+        // guaranteed by the caller.
+        unsafe {
+            if options.cooperative || options.cluster.is_some() {
+                driver.launch_ex(self.0, dims, pointers, options.cooperative, options.cluster)
+            } else {
+                driver.launch(self.0, dims, pointers)
+            }
+        }
+    }
+}
 
 /// Grid and block dimensions, dynamic shared memory and stream of one launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,13 +29,14 @@ use std::sync::OnceLock;
 pub use context::{Context, DeviceSlot, LaunchContext};
 pub use error::{Error, Result};
 pub use graph::{CaptureMode, Graph, GraphNode, KernelNodeParams};
-pub use launch::LaunchDims;
+pub use launch::{Function, LaunchDims, LaunchOptions};
 pub use library::{Kernel, KernelAttribute, Library};
 pub use memory::{DeviceBuffer, PointerLocation, StagedCopy};
 pub use params::ParamBuffer;
 pub use stream::{Event, Stream, LEGACY_STREAM, PER_THREAD_STREAM};
+pub use sys::CUresult;
 
-use sys::{Api, CUresult, CUDA_ERROR_NO_DEVICE, CUDA_SUCCESS};
+use sys::{Api, CUDA_ERROR_NO_DEVICE, CUDA_SUCCESS};
 
 /// Library names tried in order, unless `FASTLAUNCH_CUDA_DRIVER` names one.
 const DRIVER_LIBRARY_NAMES: &[&str] = &["libcuda.so.1", "libcuda.so"];

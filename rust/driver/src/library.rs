@@ -5,6 +5,7 @@ use std::ffi::{c_int, CString};
 use std::ptr;
 
 use crate::error::{Error, Result};
+use crate::launch::Function;
 use crate::sys::{CUfunction, CUkernel, CUlibrary};
 use crate::Driver;
 
@@ -103,13 +104,24 @@ impl Kernel {
 
     /// The kernel's function in the current context (loading it there if needed).
     pub fn function_in_current_context(&self, driver: &Driver) -> Result<CUfunction> {
+        self.function_here(driver).map(|function| function.0)
+    }
+
+    /// The kernel as a [`Function`] that resolves in whatever context is current.
+    #[inline]
+    pub fn function(&self) -> Function {
+        Function(self.handle)
+    }
+
+    /// The kernel's [`Function`] in the current context (loading it there if needed).
+    pub fn function_here(&self, driver: &Driver) -> Result<Function> {
         let mut function: CUfunction = ptr::null_mut();
         // SAFETY: valid out-pointer and kernel handle.
         driver.check(
             unsafe { (driver.api.kernel_get_function)(&mut function, self.handle) },
             "getting a kernel's function in the current context",
         )?;
-        Ok(function)
+        Ok(Function(function))
     }
 
     pub fn attribute(

@@ -15,8 +15,11 @@ pub struct ParamBuffer {
 }
 
 // SAFETY: the pointers point into `slots`, owned by the same buffer; they are rebuilt by
-// `as_params` before every use, so moving the buffer to another thread is sound.
+// `as_params` / `prepare` before every use, so moving the buffer to another thread is sound.
 unsafe impl Send for ParamBuffer {}
+// SAFETY: shared access only reads the slots and the pointer array; both are written only
+// through `&mut self`.
+unsafe impl Sync for ParamBuffer {}
 
 impl ParamBuffer {
     pub fn with_capacity(params: usize) -> ParamBuffer {
@@ -45,6 +48,30 @@ impl ParamBuffer {
     /// The raw 8-byte slots, for tests that compare against numba's packing.
     pub fn slots(&self) -> &[u64] {
         &self.slots
+    }
+
+    /// The slots, to overwrite values in place (a bound argument replaced): the pointers
+    /// stay valid, since the slots neither move nor change in number.
+    pub fn slots_mut(&mut self) -> &mut [u64] {
+        &mut self.slots
+    }
+
+    /// Builds the pointer array for the values pushed so far (see [`ParamBuffer::as_params`]):
+    /// a launch through [`crate::Function::launch`] reads it.
+    #[inline]
+    pub fn prepare(&mut self) {
+        self.as_params();
+    }
+
+    /// The pointer array, if [`ParamBuffer::prepare`] built it for the current slots.
+    #[inline]
+    pub fn prepared(&self) -> Option<*mut *mut c_void> {
+        let current = self.pointers.len() >= self.slots.len()
+            && self
+                .pointers
+                .first()
+                .is_none_or(|&first| first == self.slots.as_ptr().cast_mut().cast::<c_void>());
+        current.then(|| self.pointers.as_ptr().cast_mut())
     }
 
     #[inline]
@@ -154,6 +181,20 @@ mod tests {
                 assert_eq!(value, i as u64 + round);
             }
         }
+    }
+
+    #[test]
+    fn prepared_pointers_follow_the_slots() {
+        let mut buffer = ParamBuffer::default();
+        assert!(buffer.prepared().is_some()); // nothing to point at
+        buffer.push_u64(1);
+        assert!(buffer.prepared().is_none());
+        buffer.prepare();
+        let params = buffer.prepared().expect("prepared");
+        // SAFETY: one pointer, to a live u64 slot.
+        assert_eq!(unsafe { *(*params).cast::<u64>() }, 1);
+        buffer.slots_mut()[0] = 5;
+        assert!(buffer.prepared().is_some());
     }
 
     #[test]

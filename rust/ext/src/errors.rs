@@ -24,7 +24,7 @@ pub enum Error {
     /// both a `LaunchConfigurationError` and a `CudaDriverError` (what numba-cuda raises).
     LaunchRefused {
         explanation: String,
-        code: driver::sys::CUresult,
+        code: driver::CUresult,
         name: String,
         during: String,
     },

@@ -14,9 +14,12 @@ use fastlaunch_driver::{self as driver, CaptureMode, Driver, GraphNode, KernelNo
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
+use crate::code::CompiledCode;
 use crate::devices::driver;
 use crate::errors::{Error, Result};
-use crate::kernel::{CompiledCode, Kernel, PackedArgs};
+use crate::overloads::Kernel;
+use crate::packed::PackedArgs;
+use crate::streams::parse_stream;
 
 thread_local! {
     /// The stream this thread is capturing into with `fastlaunch.graph`, or 0.
@@ -104,8 +107,8 @@ impl Graph {
     #[new]
     #[pyo3(signature = (stream, mode = "global"))]
     fn new(stream: &Bound<'_, PyAny>, mode: &str) -> PyResult<Graph> {
-        let handle = crate::kernel::parse_stream(stream)?;
-        if handle <= driver::sys::CU_STREAM_PER_THREAD {
+        let handle = parse_stream(stream)?;
+        if handle <= driver::PER_THREAD_STREAM {
             return Err(Error::Value(
                 "a default stream cannot be captured; capture on a stream of its own \
                  (fastlaunch.graph() makes one)"
@@ -197,7 +200,7 @@ impl Graph {
     fn replay(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let graph = self.instantiated()?;
         let handle = match stream {
-            Some(s) if !s.is_none() => crate::kernel::parse_stream(s)?,
+            Some(s) if !s.is_none() => parse_stream(s)?,
             _ => self.handle,
         };
         let driver = driver()?;
@@ -306,7 +309,7 @@ impl GraphLaunch {
         // by its plan; the driver copies them during the call.
         unsafe {
             self.graph
-                .set_kernel_node(self.node, &self.params, self.packed.pointers())
+                .set_kernel_node(self.node, &self.params, self.packed.params())
         }?;
         Ok(())
     }

@@ -1,15 +1,23 @@
-//! `fastlaunch._core`: the launch path in Rust. See `../../../DESIGN.md` of the
-//! project notes; Python (`python/fastlaunch`) is the public API over this module.
+//! `fastlaunch._core`: the launch path in Rust. `ARCHITECTURE.md` at the repository root
+//! maps the modules; Python (`python/fastlaunch`) is the public API over this module.
 
+mod bound;
 mod classify;
+mod code;
 mod devices;
 mod dlpack;
 mod errors;
 mod graphs;
+mod inspect;
 mod kernel;
+mod launch;
+mod launcher;
 mod limits;
+mod overloads;
+mod packed;
 mod plan;
 mod scalar;
+mod staging;
 mod streams;
 
 use pyo3::prelude::*;
@@ -17,10 +25,10 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add_class::<kernel::Kernel>()?;
-    m.add_class::<kernel::Launcher>()?;
-    m.add_class::<kernel::BoundLaunch>()?;
-    m.add_class::<kernel::CompiledKernel>()?;
+    m.add_class::<overloads::Kernel>()?;
+    m.add_class::<launcher::Launcher>()?;
+    m.add_class::<bound::BoundLaunch>()?;
+    m.add_class::<code::CompiledKernel>()?;
     m.add_class::<graphs::Graph>()?;
     m.add_class::<graphs::GraphLaunch>()?;
     m.add_class::<streams::Stream>()?;
@@ -29,12 +37,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(streams::ordering_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(streams::set_default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(streams::default_stream_policy, m)?)?;
-    m.add_function(wrap_pyfunction!(kernel::classify, m)?)?;
-    m.add_function(wrap_pyfunction!(kernel::set_release_gil, m)?)?;
-    m.add_function(wrap_pyfunction!(kernel::releases_gil, m)?)?;
-    m.add_function(wrap_pyfunction!(kernel::describe, m)?)?;
-    m.add_function(wrap_pyfunction!(kernel::pack, m)?)?;
-    m.add_function(wrap_pyfunction!(kernel::fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect::classify, m)?)?;
+    m.add_function(wrap_pyfunction!(code::set_release_gil, m)?)?;
+    m.add_function(wrap_pyfunction!(code::releases_gil, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect::describe, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect::pack, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect::fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(devices::is_available, m)?)?;
     m.add_function(wrap_pyfunction!(devices::unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(devices::driver_version, m)?)?;

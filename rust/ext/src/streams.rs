@@ -12,9 +12,11 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use fastlaunch_driver::{self as driver, Context};
+use fastlaunch_driver::{self as driver, Context, LaunchDims};
+use pyo3::intern;
 use pyo3::prelude::*;
 
+use crate::classify::Scratch;
 use crate::devices::driver;
 use crate::errors::{Error, Result};
 
@@ -69,7 +71,7 @@ pub fn follows_current_stream() -> bool {
 #[inline]
 pub fn same_stream(a: usize, b: usize) -> bool {
     let canonical = |s: usize| {
-        if s == driver::sys::CU_STREAM_LEGACY {
+        if s == driver::LEGACY_STREAM {
             0
         } else {
             s
@@ -235,6 +237,96 @@ impl Event {
 fn stream_argument(stream: Option<&Bound<'_, PyAny>>) -> Result<usize> {
     match stream {
         None => Ok(0),
-        Some(s) => crate::kernel::parse_stream(s),
+        Some(s) => parse_stream(s),
     }
+}
+
+/// A stream handle from 0/None, an int handle, or any object with `__cuda_stream__`
+/// (numba, torch, CuPy and cuda.core streams).
+pub(crate) fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
+    if stream.is_none() {
+        return Ok(0);
+    }
+    if stream.is_instance_of::<pyo3::types::PyInt>() {
+        return stream.extract::<usize>().map_err(|_| {
+            Error::Value(if stream.lt(0).unwrap_or(false) {
+                format!("a stream handle cannot be negative, got {stream}")
+            } else {
+                format!("a stream handle must fit in 64 bits, got {stream}")
+            })
+        });
+    }
+    if let Ok(protocol) = stream.getattr(intern!(stream.py(), "__cuda_stream__")) {
+        let (_version, handle): (i64, usize) = protocol.call0()?.extract().map_err(|_| {
+            Error::Type("__cuda_stream__() must return (version, handle) ints".into())
+        })?;
+        return Ok(handle);
+    }
+    Err(Error::Type(format!(
+        "stream must be 0 or None, an int handle, or an object with __cuda_stream__ \
+         (numba, torch, CuPy, cuda.core streams); got {}",
+        stream
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    )))
+}
+
+/// Chooses the launch stream and orders it after the inputs' producer streams (see
+/// `streams`): returns the dimensions to launch with.
+#[inline]
+pub(crate) fn order_inputs(
+    py: Python<'_>,
+    context: driver::Context,
+    dims: &LaunchDims,
+    scratch: &mut Scratch,
+) -> Result<LaunchDims> {
+    if !ordering_enabled() && !follows_current_stream() {
+        return Ok(*dims);
+    }
+    let mut exchange_stream = None;
+    if let Some((query, device_type, device_id)) = scratch.exchange_stream {
+        let mut stream: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: the producer's own function, called with a valid out-pointer under the GIL.
+        if unsafe { query(device_type, device_id, &mut stream) } != 0 {
+            return Err(PyErr::fetch(py).into());
+        }
+        exchange_stream = Some(stream as usize);
+    }
+    let cupy_stream = if scratch.has_cupy {
+        Some(cupy_current_stream(py)?)
+    } else {
+        None
+    };
+    scratch.producers.extend(exchange_stream);
+    scratch.producers.extend(cupy_stream);
+    let current_stream = exchange_stream.or(cupy_stream);
+    if scratch.producers.is_empty() {
+        return Ok(*dims);
+    }
+    let mut dims = *dims;
+    if dims.stream == 0 && follows_current_stream() {
+        if let Some(stream) = current_stream {
+            dims.stream = stream;
+        }
+    }
+    order_after_producers(context, dims.stream, &scratch.producers)?;
+    Ok(dims)
+}
+
+/// `cupy.cuda.get_current_stream().ptr`.
+fn cupy_current_stream(py: Python<'_>) -> Result<usize> {
+    static GET_CURRENT_STREAM: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let get = GET_CURRENT_STREAM.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py
+            .import("cupy.cuda")?
+            .getattr("get_current_stream")?
+            .unbind())
+    })?;
+    Ok(get
+        .bind(py)
+        .call0()?
+        .getattr(intern!(py, "ptr"))?
+        .extract()?)
 }

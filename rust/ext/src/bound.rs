@@ -1,0 +1,126 @@
+//! Bound launches: `kernel[...].bind(*args)` resolves and packs the arguments once;
+//! calling the result submits again with no classification or packing.
+
+use std::sync::Arc;
+
+use fastlaunch_driver::{self as driver, LaunchDims};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::classify::Scratch;
+use crate::code::CompiledCode;
+use crate::devices::{compute_capability_code, driver};
+use crate::errors::{Error, Result};
+use crate::launch::{check_argument_count, resolve, LaunchConfig};
+use crate::limits;
+use crate::overloads::{Kernel, Target};
+use crate::packed::PackedArgs;
+
+/// A launch whose arguments are classified and packed once: `kernel[...].bind(*args)`.
+/// Calling it submits again with no classification or packing.
+#[pyclass(module = "fastlaunch._core")]
+pub struct BoundLaunch {
+    kernel: Py<Kernel>,
+    code: Arc<CompiledCode>,
+    dims: LaunchDims,
+    cluster: Option<[u32; 3]>,
+    context: driver::Context,
+    ordinal: usize,
+    packed: PackedArgs,
+}
+
+/// `kernel[...].bind(*args)`: resolves and packs `args` once, for `config`.
+pub(crate) fn bind(
+    py: Python<'_>,
+    kernel_object: &Bound<'_, Kernel>,
+    config: &LaunchConfig,
+    args: &Bound<'_, PyTuple>,
+) -> Result<BoundLaunch> {
+    let names = kernel_object.get().names();
+    check_argument_count(names, args.len())?;
+    let driver = driver()?;
+    let context = driver.launch_context()?;
+    let compute_capability = compute_capability_code(driver, context.ordinal)?;
+    let mut scratch = Scratch {
+        launch_stream: config.dims.stream,
+        ..Scratch::default()
+    };
+    let configuration = (&config.dims, &config.stream);
+    let overload = resolve(
+        py,
+        kernel_object,
+        args,
+        configuration,
+        compute_capability,
+        &mut scratch,
+    )?;
+    let Some((Target::Compiled(code), Some(plan))) =
+        overload.as_ref().map(|o| (&o.target, &o.plan))
+    else {
+        return Err(Error::Type(
+            "bind() needs arguments and a kernel that fastlaunch launches itself (device \
+                 arrays and scalars; not debug=True or extensions)"
+                .into(),
+        ));
+    };
+    limits::check_devices(driver, context.ordinal, &scratch, names)?;
+    limits::prepare_cluster(
+        driver,
+        &code.kernel,
+        &code.clusters,
+        context.ordinal,
+        compute_capability,
+        config.cluster,
+    )?;
+    Ok(BoundLaunch {
+        kernel: kernel_object.clone().unbind(),
+        code: code.clone(),
+        dims: config.dims,
+        cluster: config.cluster,
+        context: context.context,
+        ordinal: context.ordinal,
+        packed: PackedArgs::new(plan, &mut scratch, names, args)?,
+    })
+}
+
+#[pymethods]
+impl BoundLaunch {
+    /// Submits the launch again, as bound.
+    #[inline]
+    fn __call__(&self, py: Python<'_>) -> Result<()> {
+        let driver = driver()?;
+        let current = driver.launch_context()?;
+        if current.context != self.context {
+            return Err(Error::Value(
+                "this launch was bound in another CUDA context; bind it again in this one".into(),
+            ));
+        }
+        // SAFETY: the slots were packed by the overload's plan for these arguments, which
+        // the packed arguments keep alive; the driver only reads them.
+        unsafe {
+            self.code.submit(
+                py,
+                driver,
+                &current,
+                &self.dims,
+                self.cluster,
+                self.packed.params(),
+            )
+        }
+    }
+
+    /// Replaces every argument (same types as bound), repacking them all.
+    #[pyo3(signature = (*args))]
+    fn set_args(&mut self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> Result<()> {
+        let kernel = self.kernel.clone_ref(py);
+        let names = kernel.bind(py).get().names();
+        self.packed.set_args(names, Some(self.ordinal), args)
+    }
+
+    /// Replaces argument `index` by `value` of the same type, repacking only its slots.
+    fn set_arg(&mut self, py: Python<'_>, index: usize, value: &Bound<'_, PyAny>) -> Result<()> {
+        let kernel = self.kernel.clone_ref(py);
+        let names = kernel.bind(py).get().names();
+        self.packed.set_arg(names, Some(self.ordinal), index, value)
+    }
+}

@@ -1,0 +1,345 @@
+//! One launch, the hot path: **resolve** (classify the arguments and find their overload;
+//! Python only on a miss) → **prepare** (check devices, order streams, stage records, pack)
+//! → **submit** (the driver call, in `code.rs`) → **finish** (copy records back, record a
+//! graph node). A hit allocates nothing, creates no Python object and takes no lock: the
+//! arguments go into this thread's reused [`Scratch`].
+
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use fastlaunch_driver::{self as driver, LaunchContext, LaunchDims};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use crate::classify::{read_arg, Position, Scratch};
+use crate::code::CompiledCode;
+use crate::devices::{compute_capability_code, driver};
+use crate::errors::{Error, Result};
+use crate::graphs;
+use crate::limits;
+use crate::overloads::{Kernel, Overload, Target};
+use crate::packed::PackedArgs;
+use crate::plan::Plan;
+use crate::staging;
+use crate::streams::order_inputs;
+
+/// What `kernel[grid, block, stream, shmem]` (or `configure`) fixed for its launches.
+pub(crate) struct LaunchConfig {
+    pub(crate) dims: LaunchDims,
+    /// Thread block cluster shape (`configure(..., cluster=...)`).
+    pub(crate) cluster: Option<[u32; 3]>,
+    /// The stream object as given, kept alive while the configuration is.
+    pub(crate) stream: Py<PyAny>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `f` with this thread's scratch, or a fresh one if a launch re-entered
+/// (from Python code run during classification or a miss).
+#[inline]
+fn with_scratch<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => f(&mut scratch),
+        Err(_) => f(&mut Scratch::default()),
+    })
+}
+
+/// Launches `kernel_object` with `args` as `config` says.
+pub(crate) fn launch(
+    py: Python<'_>,
+    kernel_object: &Bound<'_, Kernel>,
+    config: &LaunchConfig,
+    args: &Bound<'_, PyTuple>,
+) -> Result<()> {
+    let kernel = kernel_object.get();
+    let names = kernel.names();
+    check_argument_count(names, args.len())?;
+    // Inside `with fastlaunch.graph():`, launches given no stream go to the capture stream.
+    let redirected;
+    let dims = match graphs::capture_stream() {
+        Some(capture) if config.dims.stream == 0 => {
+            redirected = LaunchDims {
+                stream: capture,
+                ..config.dims
+            };
+            &redirected
+        }
+        _ => &config.dims,
+    };
+    if kernel.always_numba.load(Ordering::Relaxed) {
+        return launch_with_numba(py, kernel_object, dims, &config.stream, args);
+    }
+    let driver = driver()?;
+    let context = driver.launch_context()?;
+    let compute_capability = compute_capability_code(driver, context.ordinal)?;
+    with_scratch(|scratch| {
+        scratch.reset();
+        scratch.launch_stream = dims.stream;
+        let Some(overload) = resolve(
+            py,
+            kernel_object,
+            args,
+            (dims, &config.stream),
+            compute_capability,
+            scratch,
+        )?
+        else {
+            return launch_with_numba(py, kernel_object, dims, &config.stream, args);
+        };
+        let dims = &check_and_order(py, driver, &context, dims, names, scratch)?;
+        match (&overload.target, &overload.plan) {
+            (Target::Compiled(code), Some(plan)) => {
+                let launch = Compiled {
+                    code,
+                    plan,
+                    context: &context,
+                    compute_capability,
+                    dims,
+                    cluster: config.cluster,
+                };
+                launch.run(py, driver, kernel_object, names, args, scratch)
+            }
+            (Target::Python(callable), _) => {
+                callable.call1(py, launch_arguments(py, args, dims, &config.stream))?;
+                Ok(())
+            }
+            (Target::Compiled(_), None) => Err(Error::Value(
+                "a compiled overload was registered without a packing plan".into(),
+            )),
+        }
+    })
+}
+
+pub(crate) fn check_argument_count(names: &[String], given: usize) -> Result<()> {
+    if !names.is_empty() && given != names.len() {
+        return Err(Error::Type(format!(
+            "kernel takes {} positional arguments ({}) but {} were given",
+            names.len(),
+            names.join(", "),
+            given
+        )));
+    }
+    Ok(())
+}
+
+/// **Resolve.** Classifies `args` into `scratch` and finds their overload, entering Python
+/// (to type and compile) only when the table has none. `None`: an argument only numba-cuda
+/// can pass. A miss gets the launch configuration too: numba-cuda compiles with it current
+/// (`numba.cuda.launchconfig`), and launch-config-sensitive kernels depend on it.
+#[inline]
+pub(crate) fn resolve(
+    py: Python<'_>,
+    kernel_object: &Bound<'_, Kernel>,
+    args: &Bound<'_, PyTuple>,
+    (dims, stream): (&LaunchDims, &Py<PyAny>),
+    compute_capability: u32,
+    scratch: &mut Scratch,
+) -> Result<Option<Arc<Overload>>> {
+    let kernel = kernel_object.get();
+    let names = kernel.names();
+    // Borrowed items: the tuple holds them, so reading takes no references.
+    for (index, arg) in args.iter_borrowed().enumerate() {
+        let at = Position {
+            index,
+            name: names.get(index).map_or("", String::as_str),
+        };
+        read_arg(&arg, at, scratch)?;
+    }
+    if scratch.needs_numba {
+        return Ok(None);
+    }
+    if let Some(overload) = kernel.find(&scratch.fingerprint, compute_capability) {
+        return Ok(Some(overload));
+    }
+    miss(
+        py,
+        kernel_object,
+        args,
+        (dims, stream),
+        compute_capability,
+        scratch,
+    )
+}
+
+/// A miss: Python's `_on_miss` types the arguments, compiles and registers an overload.
+#[cold]
+fn miss(
+    py: Python<'_>,
+    kernel_object: &Bound<'_, Kernel>,
+    args: &Bound<'_, PyTuple>,
+    (dims, stream): (&LaunchDims, &Py<PyAny>),
+    compute_capability: u32,
+    scratch: &mut Scratch,
+) -> Result<Option<Arc<Overload>>> {
+    let kernel = kernel_object.get();
+    kernel.misses.fetch_add(1, Ordering::Relaxed);
+    let fingerprint = PyBytes::new(py, &scratch.fingerprint);
+    let (_, griddim, blockdim, stream, sharedmem) = launch_arguments(py, args, dims, stream);
+    kernel_object.call_method1(
+        intern!(py, "_on_miss"),
+        (
+            args,
+            fingerprint,
+            compute_capability,
+            (griddim, blockdim, stream, sharedmem),
+        ),
+    )?;
+    kernel
+        .find(&scratch.fingerprint, compute_capability)
+        .map(Some)
+        .ok_or_else(|| Error::Value("the kernel registered no overload for these arguments".into()))
+}
+
+/// **Prepare**, the part every target needs: the arrays' devices checked against the
+/// launch's, and the launch stream ordered after the inputs' producers. Returns the
+/// dimensions to launch with (the stream may follow the producers' current stream).
+#[inline]
+fn check_and_order(
+    py: Python<'_>,
+    driver: &driver::Driver,
+    context: &LaunchContext,
+    dims: &LaunchDims,
+    names: &[String],
+    scratch: &mut Scratch,
+) -> Result<LaunchDims> {
+    if !scratch.claimed_devices.is_empty()
+        || !scratch.unverified_pointers.is_empty()
+        || driver.device_count() > 1
+    {
+        limits::check_devices(driver, context.ordinal, scratch, names)?;
+    }
+    order_inputs(py, context.context, dims, scratch)
+}
+
+/// A launch of compiled code, resolved and checked.
+struct Compiled<'a> {
+    code: &'a Arc<CompiledCode>,
+    plan: &'a Plan,
+    context: &'a LaunchContext,
+    compute_capability: u32,
+    dims: &'a LaunchDims,
+    cluster: Option<[u32; 3]>,
+}
+
+impl Compiled<'_> {
+    /// Prepare (clusters, records, packing) → submit → finish.
+    #[inline]
+    fn run(
+        &self,
+        py: Python<'_>,
+        driver: &'static driver::Driver,
+        kernel_object: &Bound<'_, Kernel>,
+        names: &[String],
+        args: &Bound<'_, PyTuple>,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        let (code, dims) = (self.code, self.dims);
+        limits::prepare_cluster(
+            driver,
+            &code.kernel,
+            &code.clusters,
+            self.context.ordinal,
+            self.compute_capability,
+            self.cluster,
+        )?;
+        if !scratch.records.is_empty() {
+            staging::stage(py, driver, dims.stream, scratch)?;
+        }
+        let mut launched = self.plan.pack(
+            &scratch.values,
+            &scratch.dims,
+            names,
+            &scratch.fingerprint,
+            &mut scratch.params,
+        );
+        if launched.is_ok() {
+            scratch.params.prepare();
+            // SAFETY: the plan was checked against this fingerprint at registration and
+            // packs one slot per flattened parameter of the compiled entry, as numba's data
+            // model lays them out; the argument objects (and any DLPack capsules in the
+            // scratch) are alive until the launch is submitted.
+            launched = unsafe {
+                code.submit(
+                    py,
+                    driver,
+                    self.context,
+                    dims,
+                    self.cluster,
+                    &scratch.params,
+                )
+            };
+        }
+        self.finish(py, driver, kernel_object, names, args, scratch, launched)
+    }
+
+    /// **Finish.** Copies records back (and frees their device copies), and records the
+    /// launch as a graph node when its stream is being captured.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        py: Python<'_>,
+        driver: &'static driver::Driver,
+        kernel_object: &Bound<'_, Kernel>,
+        names: &[String],
+        args: &Bound<'_, PyTuple>,
+        scratch: &mut Scratch,
+        mut launched: Result<()>,
+    ) -> Result<()> {
+        let stream = self.dims.stream;
+        if !scratch.staged.is_empty() {
+            let unstaged = staging::unstage(py, driver, stream, scratch, launched.is_ok());
+            launched = launched.and(unstaged);
+        }
+        launched?;
+        if graphs::is_capturing(stream) && !scratch.has_tuple {
+            let packed = PackedArgs::new(self.plan, scratch, names, args)?;
+            graphs::record(driver, kernel_object, self.code, stream, packed)?;
+        }
+        Ok(())
+    }
+}
+
+/// `(args, griddim, blockdim, stream, sharedmem)`: how launches made in Python get them.
+type PythonLaunchArguments<'py> = (
+    Bound<'py, PyTuple>,
+    (u32, u32, u32),
+    (u32, u32, u32),
+    Py<PyAny>,
+    u32,
+);
+
+fn launch_arguments<'py>(
+    py: Python<'py>,
+    args: &Bound<'py, PyTuple>,
+    dims: &LaunchDims,
+    stream: &Py<PyAny>,
+) -> PythonLaunchArguments<'py> {
+    (
+        args.clone(),
+        (dims.grid[0], dims.grid[1], dims.grid[2]),
+        (dims.block[0], dims.block[1], dims.block[2]),
+        stream.clone_ref(py),
+        dims.shared_mem_bytes,
+    )
+}
+
+/// Launches through numba-cuda's own path, for arguments fastlaunch does not pack.
+#[cold]
+fn launch_with_numba(
+    py: Python<'_>,
+    kernel_object: &Bound<'_, Kernel>,
+    dims: &LaunchDims,
+    stream: &Py<PyAny>,
+    args: &Bound<'_, PyTuple>,
+) -> Result<()> {
+    kernel_object.call_method1(
+        intern!(py, "_launch_with_numba"),
+        launch_arguments(py, args, dims, stream),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! `kernel[griddim, blockdim, stream, sharedmem]` and `kernel.configure(...)`: a frozen
+//! [`Launcher`], parsed once here for both spellings. Calling it launches (`launch.rs`);
+//! `bind(*args)` classifies and packs once (`bound.rs`).
+
+use fastlaunch_driver::LaunchDims;
+use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyList, PyTuple};
+use pyo3::{ffi, intern};
+
+use crate::bound::{self, BoundLaunch};
+use crate::errors::{Error, Result};
+use crate::launch::{self, LaunchConfig};
+use crate::limits;
+use crate::overloads::Kernel;
+use crate::streams::parse_stream;
+
+/// Below this many blocks numba-cuda warns of low occupancy (`NumbaPerformanceWarning`).
+const LOW_OCCUPANCY_BLOCKS: u32 = 128;
+
+/// A configured launch: `kernel[grid, block, stream, shmem]`. Calling it launches.
+#[pyclass(frozen, module = "fastlaunch._core")]
+pub struct Launcher {
+    kernel: Py<Kernel>,
+    config: LaunchConfig,
+}
+
+impl Launcher {
+    /// Parses a launch configuration: `griddim` and `blockdim` (1 to 3 positive ints),
+    /// `stream` (see [`parse_stream`]), `sharedmem` (bytes) and `cluster` (1 to 3 ints).
+    pub(crate) fn configure(
+        kernel: &Bound<'_, Kernel>,
+        griddim: &Bound<'_, PyAny>,
+        blockdim: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+        sharedmem: Option<&Bound<'_, PyAny>>,
+        cluster: Option<&Bound<'_, PyAny>>,
+    ) -> Result<Launcher> {
+        let py = kernel.py();
+        let grid = parse_dims(griddim, "griddim")?;
+        let block = parse_dims(blockdim, "blockdim")?;
+        let stream = stream.cloned().unwrap_or_else(|| py.None().into_bound(py));
+        let handle = parse_stream(&stream)?;
+        let shared_mem_bytes = match sharedmem {
+            Some(s) if !s.is_none() => parse_sharedmem(s)?,
+            _ => 0,
+        };
+        if grid.iter().product::<u32>() < LOW_OCCUPANCY_BLOCKS {
+            kernel.get().warn_low_occupancy(kernel, grid)?;
+        }
+        let cluster = match cluster.filter(|c| !c.is_none()) {
+            Some(cluster) => {
+                let shape = parse_dims(cluster, "cluster")?;
+                limits::check_cluster(grid, shape)?;
+                Some(shape)
+            }
+            None => None,
+        };
+        Ok(Launcher {
+            kernel: kernel.clone().unbind(),
+            config: LaunchConfig {
+                dims: LaunchDims {
+                    grid,
+                    block,
+                    shared_mem_bytes,
+                    stream: handle,
+                },
+                cluster,
+                stream: stream.unbind(),
+            },
+        })
+    }
+}
+
+const MISSING_CONFIG_HINT: &str =
+    "kernel_function[blockspergrid, threadsperblock](arg0, arg1, ..., argn)";
+
+fn parse_dims(value: &Bound<'_, PyAny>, name: &str) -> Result<[u32; 3]> {
+    if value.is_none() {
+        return Err(Error::Value(format!(
+            "Kernel launch configuration was not specified. Use the syntax:\n\n{MISSING_CONFIG_HINT}"
+        )));
+    }
+    let items: Vec<Bound<'_, PyAny>> =
+        if value.is_instance_of::<PyTuple>() || value.is_instance_of::<PyList>() {
+            value.try_iter()?.collect::<PyResult<_>>()?
+        } else {
+            vec![value.clone()]
+        };
+    let shown = || value.repr().map(|r| r.to_string()).unwrap_or_default();
+    if items.is_empty() || items.len() > 3 {
+        return Err(Error::Value(format!(
+            "{name} must be a sequence of 1, 2 or 3 integers, got {}",
+            shown()
+        )));
+    }
+    let mut dims = [1u32; 3];
+    for (slot, item) in dims.iter_mut().zip(&items) {
+        // SAFETY: PyIndex_Check only inspects the type's slots.
+        let is_index =
+            unsafe { ffi::PyIndex_Check(item.as_ptr()) } != 0 && !item.is_instance_of::<PyFloat>();
+        if !is_index {
+            return Err(Error::Type(format!(
+                "{name} must be a sequence of integers, got {}",
+                shown()
+            )));
+        }
+        let v: Option<i64> = item
+            .call_method0(intern!(item.py(), "__index__"))?
+            .extract()
+            .ok();
+        *slot = v
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|&v| v > 0)
+            .ok_or_else(|| {
+                Error::Value(format!(
+                    "{name} values must be positive and below 2**32, got {}",
+                    shown()
+                ))
+            })?;
+    }
+    Ok(dims)
+}
+
+/// Dynamic shared memory bytes: any object with `__index__`, below 2**32.
+fn parse_sharedmem(value: &Bound<'_, PyAny>) -> Result<u32> {
+    // SAFETY: PyNumber_Index returns a new reference, or null with an exception set.
+    let index =
+        unsafe { Bound::from_owned_ptr_or_err(value.py(), ffi::PyNumber_Index(value.as_ptr())) }
+            .map_err(|_| Error::Type(format!("sharedmem must be an int, got {value}")))?;
+    index.extract::<u32>().map_err(|_| {
+        Error::Value(format!(
+            "sharedmem must be between 0 and 2**32, got {value}"
+        ))
+    })
+}
+
+#[pymethods]
+impl Launcher {
+    #[pyo3(signature = (*args))]
+    fn __call__(&self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> Result<()> {
+        launch::launch(py, self.kernel.bind(py), &self.config, args)
+    }
+
+    /// Classifies and packs `args` once: calling the result launches with no per-launch work.
+    #[pyo3(signature = (*args))]
+    fn bind(&self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> Result<BoundLaunch> {
+        bound::bind(py, self.kernel.bind(py), &self.config, args)
+    }
+
+    #[getter]
+    fn griddim(&self) -> (u32, u32, u32) {
+        let [x, y, z] = self.config.dims.grid;
+        (x, y, z)
+    }
+
+    #[getter]
+    fn blockdim(&self) -> (u32, u32, u32) {
+        let [x, y, z] = self.config.dims.block;
+        (x, y, z)
+    }
+
+    #[getter]
+    fn stream(&self, py: Python<'_>) -> Py<PyAny> {
+        self.config.stream.clone_ref(py)
+    }
+
+    #[getter]
+    fn stream_handle(&self) -> usize {
+        self.config.dims.stream
+    }
+
+    #[getter]
+    fn sharedmem(&self) -> u32 {
+        self.config.dims.shared_mem_bytes
+    }
+
+    #[getter]
+    fn cluster(&self) -> Option<(u32, u32, u32)> {
+        self.config.cluster.map(|[x, y, z]| (x, y, z))
+    }
+
+    /// The arguments of the launch compiling on this thread, as numba-cuda's
+    /// `_LaunchConfiguration.args` (None outside a launch-triggered compile).
+    #[getter]
+    fn args(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self
+            .kernel
+            .bind(py)
+            .call_method0(intern!(py, "_current_launch_args"))?
+            .unbind())
+    }
+}

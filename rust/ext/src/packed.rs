@@ -1,0 +1,138 @@
+//! Arguments classified and packed once, for launches that submit them again: bound
+//! launches (`bound.rs`) and captured graph nodes (`graphs.rs`). One argument can be
+//! replaced in place by another of the same type, repacking only its slots.
+
+use fastlaunch_driver::ParamBuffer;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::classify::fingerprint::split_arguments;
+use crate::classify::{read_arg, Position, Scratch};
+use crate::devices::driver;
+use crate::errors::{Error, Result};
+use crate::limits;
+use crate::plan::Plan;
+
+/// Arguments packed once, with what replacing one of them in place needs: each argument's
+/// fingerprint bytes and parameter slots. Bound launches and graph nodes hold one.
+pub(crate) struct PackedArgs {
+    plan: Plan,
+    /// The packed values, their pointer array prepared.
+    params: ParamBuffer,
+    arg_fingerprints: Vec<Box<[u8]>>,
+    arg_slots: Vec<std::ops::Range<usize>>,
+    /// The arguments, kept alive while they are packed here.
+    args: Vec<Py<PyAny>>,
+    launch_stream: usize,
+}
+
+impl PackedArgs {
+    /// Packs the arguments classified in `scratch` (its `params` are overwritten).
+    /// Tuple arguments are refused: their members are not arguments of their own.
+    pub(crate) fn new(
+        plan: &Plan,
+        scratch: &mut Scratch,
+        names: &[String],
+        args: &Bound<'_, PyTuple>,
+    ) -> Result<PackedArgs> {
+        if scratch.has_tuple {
+            return Err(Error::Type(
+                "bound launches and graph argument updates take no tuple arguments".into(),
+            ));
+        }
+        if !scratch.records.is_empty() {
+            return Err(Error::Type(
+                "bound launches and graph argument updates take no records (each launch \
+                 copies a record to the device and back)"
+                    .into(),
+            ));
+        }
+        scratch.params.clear();
+        let mut arg_slots = Vec::with_capacity(scratch.values.len());
+        for (index, value) in scratch.values.iter().enumerate() {
+            let start = scratch.params.len();
+            plan.pack_one(index, value, &scratch.dims, names, &mut scratch.params)?;
+            arg_slots.push(start..scratch.params.len());
+        }
+        let mut params = ParamBuffer::with_capacity(scratch.params.len());
+        params.extend_u64(scratch.params.slots());
+        params.prepare();
+        Ok(PackedArgs {
+            plan: plan.clone(),
+            params,
+            arg_fingerprints: split_arguments(&scratch.fingerprint),
+            arg_slots,
+            args: args.iter().map(Bound::unbind).collect(),
+            launch_stream: scratch.launch_stream,
+        })
+    }
+
+    /// The packed values, prepared: what the driver reads.
+    pub(crate) fn params(&self) -> &ParamBuffer {
+        &self.params
+    }
+
+    /// Replaces every argument (same types as packed), repacking them all.
+    pub(crate) fn set_args(
+        &mut self,
+        names: &[String],
+        ordinal: Option<usize>,
+        args: &Bound<'_, PyTuple>,
+    ) -> Result<()> {
+        if args.len() != self.args.len() {
+            return Err(Error::Type(format!(
+                "set_args() takes the {} bound arguments, got {}",
+                self.args.len(),
+                args.len()
+            )));
+        }
+        for (index, arg) in args.iter().enumerate() {
+            self.set_arg(names, ordinal, index, &arg)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces argument `index` by `value` of the same type, repacking only its slots.
+    /// With `ordinal`, the array is checked to be reachable from that device.
+    pub(crate) fn set_arg(
+        &mut self,
+        names: &[String],
+        ordinal: Option<usize>,
+        index: usize,
+        value: &Bound<'_, PyAny>,
+    ) -> Result<()> {
+        let (Some(expected), Some(slots)) = (
+            self.arg_fingerprints.get(index),
+            self.arg_slots.get(index).cloned(),
+        ) else {
+            return Err(Error::Index(format!("argument index {index} out of range")));
+        };
+        let mut scratch = Scratch {
+            launch_stream: self.launch_stream,
+            ..Scratch::default()
+        };
+        let at = Position {
+            index,
+            name: names.get(index).map_or("", String::as_str),
+        };
+        read_arg(value, at, &mut scratch)?;
+        if *scratch.fingerprint != **expected {
+            return Err(at.error(
+                "a bound argument can only be replaced by one of the same type, ndim and layout",
+            ));
+        }
+        if let Some(ordinal) = ordinal {
+            limits::check_devices(driver()?, ordinal, &scratch, names)?;
+        }
+        self.plan.pack_one(
+            index,
+            &scratch.values[0],
+            &scratch.dims,
+            names,
+            &mut scratch.params,
+        )?;
+        self.params.slots_mut()[slots].copy_from_slice(scratch.params.slots());
+        self.args[index] = value.clone().unbind();
+        Ok(())
+    }
+}
