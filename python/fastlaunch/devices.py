@@ -80,13 +80,7 @@ class DeviceList:
         return _core.device_count()
 
     def __getitem__(self, ordinal: int) -> Device:
-        index = int(ordinal)
-        count = _core.device_count()
-        if index < 0:
-            index += count
-        if not 0 <= index < count:
-            raise IndexError(f"device {ordinal} does not exist: there are {count} CUDA devices")
-        return Device(index)
+        return Device(_core.device_index(int(ordinal)))
 
     def __iter__(self) -> Iterator[Device]:
         return (Device(i) for i in range(_core.device_count()))

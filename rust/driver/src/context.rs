@@ -84,12 +84,39 @@ impl Driver {
     }
 
     pub fn device(&self, ordinal: usize) -> Result<&DeviceSlot> {
-        self.devices.get(ordinal).ok_or_else(|| {
-            Error::Invalid(format!(
-                "device {ordinal} does not exist: there are {} CUDA devices",
-                self.devices.len()
-            ))
-        })
+        self.devices
+            .get(ordinal)
+            .ok_or_else(|| self.no_such_device(i64::try_from(ordinal).unwrap_or(i64::MAX)))
+    }
+
+    /// `ordinal` as a device index, if such a device exists. Negative ordinals count from
+    /// the end (`-1` is the last device), as Python sequences do.
+    pub fn device_index(&self, ordinal: i64) -> Result<usize> {
+        let count = self.devices.len();
+        let index = if ordinal < 0 {
+            i64::try_from(count).ok().map(|count| ordinal + count)
+        } else {
+            Some(ordinal)
+        };
+        index
+            .and_then(|index| usize::try_from(index).ok())
+            .filter(|&index| index < count)
+            .ok_or_else(|| self.no_such_device(ordinal))
+    }
+
+    /// Device `ordinal` as an index, refusing negative ordinals.
+    pub fn checked_ordinal(&self, ordinal: i64) -> Result<usize> {
+        if ordinal < 0 {
+            return Err(self.no_such_device(ordinal));
+        }
+        self.device_index(ordinal)
+    }
+
+    fn no_such_device(&self, ordinal: i64) -> Error {
+        Error::NoSuchDevice {
+            ordinal,
+            count: self.devices.len(),
+        }
     }
 
     pub(crate) fn device_handle(&self, ordinal: usize) -> Result<CUdevice> {
@@ -313,7 +340,6 @@ impl Driver {
             })
     }
 
-    /// Free and total memory of the current context's device, in bytes.
     /// Whether kernels on device `from` can read and write device `to`'s memory.
     pub fn can_access_peer(&self, from: usize, to: usize) -> Result<bool> {
         let mut can: c_int = 0;
@@ -342,6 +368,7 @@ impl Driver {
         self.check(code, "enabling peer access between devices")
     }
 
+    /// Free and total memory of the current context's device, in bytes.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.

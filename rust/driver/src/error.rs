@@ -18,8 +18,10 @@ pub enum Error {
         /// What was being attempted, e.g. "launching a kernel".
         during: String,
     },
-    /// A request the driver layer refuses before calling CUDA (bad index, size).
+    /// A request the driver layer refuses before calling CUDA (bad size, name).
     Invalid(String),
+    /// A device ordinal out of range (`count` devices exist).
+    NoSuchDevice { ordinal: i64, count: usize },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -35,6 +37,10 @@ impl fmt::Display for Error {
                 ..
             } => write!(f, "{name} while {during}: {message}"),
             Error::Invalid(why) => f.write_str(why),
+            Error::NoSuchDevice { ordinal, count } => write!(
+                f,
+                "device {ordinal} does not exist: there are {count} CUDA devices"
+            ),
         }
     }
 }

@@ -233,42 +233,4 @@ impl Driver {
             "copying device to device",
         )
     }
-
-    /// Asynchronous host-to-device copy; `host` must stay valid until the stream reaches it.
-    ///
-    /// # Safety
-    /// `host` must point to `len` readable bytes that outlive the copy, and `dst` to `len`
-    /// writable device bytes.
-    pub unsafe fn copy_host_to_device_async(
-        &self,
-        dst: CUdeviceptr,
-        host: *const u8,
-        len: usize,
-        stream: usize,
-    ) -> Result<()> {
-        // SAFETY: guaranteed by the caller.
-        self.check(
-            unsafe { (self.api.memcpy_htod_async)(dst, host.cast(), len, stream as sys::CUstream) },
-            "copying host to device",
-        )
-    }
-
-    /// Asynchronous device-to-host copy.
-    ///
-    /// # Safety
-    /// `host` must point to `len` writable bytes that outlive the copy, and `src` to `len`
-    /// readable device bytes.
-    pub unsafe fn copy_device_to_host_async(
-        &self,
-        host: *mut u8,
-        src: CUdeviceptr,
-        len: usize,
-        stream: usize,
-    ) -> Result<()> {
-        // SAFETY: guaranteed by the caller.
-        self.check(
-            unsafe { (self.api.memcpy_dtoh_async)(host.cast(), src, len, stream as sys::CUstream) },
-            "copying device to host",
-        )
-    }
 }

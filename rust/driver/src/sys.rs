@@ -168,7 +168,6 @@ driver_api! {
     device_total_mem = "cuDeviceTotalMem_v2": fn(*mut usize, CUdevice);
 
     primary_ctx_retain = "cuDevicePrimaryCtxRetain": fn(*mut CUcontext, CUdevice);
-    primary_ctx_release = "cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
     ctx_get_current = "cuCtxGetCurrent": fn(*mut CUcontext);
     ctx_set_current = "cuCtxSetCurrent": fn(CUcontext);
     ctx_push_current = "cuCtxPushCurrent_v2": fn(CUcontext);
@@ -221,8 +220,6 @@ driver_api! {
     pointer_get_attribute = "cuPointerGetAttribute": fn(*mut c_void, c_int, CUdeviceptr);
     device_can_access_peer = "cuDeviceCanAccessPeer": fn(*mut c_int, CUdevice, CUdevice);
     ctx_enable_peer_access = "cuCtxEnablePeerAccess": fn(CUcontext, c_uint);
-    occupancy_max_active_clusters = "cuOccupancyMaxActiveClusters":
-        fn(*mut c_int, CUfunction, *const CUlaunchConfig);
 
     stream_begin_capture = "cuStreamBeginCapture_v2": fn(CUstream, c_int);
     stream_end_capture = "cuStreamEndCapture": fn(CUstream, *mut CUgraph);

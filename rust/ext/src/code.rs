@@ -38,17 +38,10 @@ impl CompiledKernel {
     /// Loads `image` (a linked cubin) and finds `entry` in it.
     #[new]
     #[pyo3(signature = (image, entry, cooperative = false))]
-    fn new(
-        py: Python<'_>,
-        image: &[u8],
-        entry: &str,
-        cooperative: bool,
-    ) -> PyResult<CompiledKernel> {
+    fn new(py: Python<'_>, image: &[u8], entry: &str, cooperative: bool) -> Result<CompiledKernel> {
         let driver = driver()?;
-        let library = py
-            .detach(|| Library::load(driver, image))
-            .map_err(Error::from)?;
-        let kernel = library.kernel(entry).map_err(Error::from)?;
+        let library = py.detach(|| Library::load(driver, image))?;
+        let kernel = library.kernel(entry)?;
         Ok(CompiledKernel {
             code: Arc::new(CompiledCode {
                 _library: library,
@@ -77,24 +70,22 @@ impl CompiledKernel {
     /// `ptx_version`, `binary_version`, `max_dynamic_shared_size_bytes`,
     /// `preferred_shared_memory_carveout`.
     #[pyo3(signature = (name, device = 0))]
-    fn attribute(&self, name: &str, device: usize) -> PyResult<i32> {
+    fn attribute(&self, name: &str, device: usize) -> Result<i32> {
         let driver = driver()?;
         Ok(self
             .code
             .kernel
-            .attribute(driver, kernel_attribute(name)?, device)
-            .map_err(Error::from)?)
+            .attribute(driver, kernel_attribute(name)?, device)?)
     }
 
     /// Sets a `CUfunction_attribute` (named as for `attribute`) for device `device`.
     #[pyo3(signature = (name, value, device = 0))]
-    fn set_attribute(&self, name: &str, value: i32, device: usize) -> PyResult<()> {
+    fn set_attribute(&self, name: &str, value: i32, device: usize) -> Result<()> {
         let driver = driver()?;
         Ok(self
             .code
             .kernel
-            .set_attribute(driver, kernel_attribute(name)?, value, device)
-            .map_err(Error::from)?)
+            .set_attribute(driver, kernel_attribute(name)?, value, device)?)
     }
 
     /// Blocks per multiprocessor that can be co-resident (in the current context).
@@ -102,18 +93,18 @@ impl CompiledKernel {
         &self,
         block_size: u32,
         dynamic_shared_bytes: usize,
-    ) -> PyResult<i32> {
+    ) -> Result<i32> {
         let driver = driver()?;
-        driver.launch_context().map_err(Error::from)?;
-        Ok(self
-            .code
-            .kernel
-            .max_active_blocks_per_multiprocessor(driver, block_size, dynamic_shared_bytes)
-            .map_err(Error::from)?)
+        driver.launch_context()?;
+        Ok(self.code.kernel.max_active_blocks_per_multiprocessor(
+            driver,
+            block_size,
+            dynamic_shared_bytes,
+        )?)
     }
 }
 
-fn kernel_attribute(name: &str) -> PyResult<KernelAttribute> {
+fn kernel_attribute(name: &str) -> Result<KernelAttribute> {
     Ok(match name {
         "max_threads_per_block" => KernelAttribute::MaxThreadsPerBlock,
         "shared_size_bytes" => KernelAttribute::SharedSizeBytes,
@@ -124,11 +115,7 @@ fn kernel_attribute(name: &str) -> PyResult<KernelAttribute> {
         "binary_version" => KernelAttribute::BinaryVersion,
         "max_dynamic_shared_size_bytes" => KernelAttribute::MaxDynamicSharedSizeBytes,
         "preferred_shared_memory_carveout" => KernelAttribute::PreferredSharedMemoryCarveout,
-        _ => {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "unknown kernel attribute {name:?}"
-            )))
-        }
+        _ => return Err(Error::Value(format!("unknown kernel attribute {name:?}"))),
     })
 }
 

@@ -36,15 +36,14 @@ pub fn compute_capability_code(driver: &'static Driver, ordinal: usize) -> Resul
 }
 
 fn checked_ordinal(driver: &Driver, ordinal: i64) -> Result<usize> {
-    usize::try_from(ordinal)
-        .ok()
-        .filter(|&o| o < driver.device_count())
-        .ok_or_else(|| {
-            Error::Index(format!(
-                "device {ordinal} does not exist: there are {} CUDA devices",
-                driver.device_count()
-            ))
-        })
+    Ok(driver.checked_ordinal(ordinal)?)
+}
+
+/// The device index `ordinal` names (negative ordinals count from the end); `IndexError`
+/// when there is no such device.
+#[pyfunction]
+pub fn device_index(ordinal: i64) -> Result<usize> {
+    Ok(driver()?.device_index(ordinal)?)
 }
 
 /// Whether a CUDA driver and at least one device are usable.
@@ -61,31 +60,27 @@ pub fn unavailable_reason() -> Option<String> {
 
 /// The driver's CUDA version as `(major, minor)`.
 #[pyfunction]
-pub fn driver_version() -> PyResult<(i32, i32)> {
+pub fn driver_version() -> Result<(i32, i32)> {
     let version = driver()?.version();
     Ok((version / 1000, (version % 1000) / 10))
 }
 
 #[pyfunction]
-pub fn device_count() -> PyResult<usize> {
+pub fn device_count() -> Result<usize> {
     Ok(driver()?.device_count())
 }
 
 #[pyfunction]
-pub fn device_name(ordinal: i64) -> PyResult<String> {
+pub fn device_name(ordinal: i64) -> Result<String> {
     let driver = driver()?;
-    Ok(driver
-        .device_name(checked_ordinal(driver, ordinal)?)
-        .map_err(Error::from)?)
+    Ok(driver.device_name(checked_ordinal(driver, ordinal)?)?)
 }
 
 /// The device UUID in the `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` form nvidia-smi prints.
 #[pyfunction]
-pub fn device_uuid(ordinal: i64) -> PyResult<String> {
+pub fn device_uuid(ordinal: i64) -> Result<String> {
     let driver = driver()?;
-    let bytes = driver
-        .device_uuid(checked_ordinal(driver, ordinal)?)
-        .map_err(Error::from)?;
+    let bytes = driver.device_uuid(checked_ordinal(driver, ordinal)?)?;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     Ok(format!(
         "GPU-{}-{}-{}-{}-{}",
@@ -98,31 +93,25 @@ pub fn device_uuid(ordinal: i64) -> PyResult<String> {
 }
 
 #[pyfunction]
-pub fn device_pci_bus_id(ordinal: i64) -> PyResult<String> {
+pub fn device_pci_bus_id(ordinal: i64) -> Result<String> {
     let driver = driver()?;
-    Ok(driver
-        .device_pci_bus_id(checked_ordinal(driver, ordinal)?)
-        .map_err(Error::from)?)
+    Ok(driver.device_pci_bus_id(checked_ordinal(driver, ordinal)?)?)
 }
 
 #[pyfunction]
-pub fn device_total_memory(ordinal: i64) -> PyResult<usize> {
+pub fn device_total_memory(ordinal: i64) -> Result<usize> {
     let driver = driver()?;
-    Ok(driver
-        .device_total_memory(checked_ordinal(driver, ordinal)?)
-        .map_err(Error::from)?)
+    Ok(driver.device_total_memory(checked_ordinal(driver, ordinal)?)?)
 }
 
 /// A `CU_DEVICE_ATTRIBUTE_*` value by name (case-insensitive, prefix optional).
 #[pyfunction]
-pub fn device_attribute(ordinal: i64, name: &str) -> PyResult<i32> {
+pub fn device_attribute(ordinal: i64, name: &str) -> Result<i32> {
     let number = attribute::by_name(name).ok_or_else(|| {
         pyo3::exceptions::PyAttributeError::new_err(format!("unknown device attribute {name:?}"))
     })?;
     let driver = driver()?;
-    Ok(driver
-        .device_attribute(checked_ordinal(driver, ordinal)?, number)
-        .map_err(Error::from)?)
+    Ok(driver.device_attribute(checked_ordinal(driver, ordinal)?, number)?)
 }
 
 /// The names `device_attribute` accepts.
@@ -132,87 +121,77 @@ pub fn device_attribute_names() -> Vec<&'static str> {
 }
 
 #[pyfunction]
-pub fn compute_capability(ordinal: i64) -> PyResult<(i32, i32)> {
+pub fn compute_capability(ordinal: i64) -> Result<(i32, i32)> {
     let driver = driver()?;
-    Ok(driver
-        .compute_capability(checked_ordinal(driver, ordinal)?)
-        .map_err(Error::from)?)
+    Ok(driver.compute_capability(checked_ordinal(driver, ordinal)?)?)
 }
 
 /// Makes device `ordinal`'s primary context current on this thread.
 #[pyfunction]
-pub fn select_device(ordinal: i64) -> PyResult<()> {
+pub fn select_device(ordinal: i64) -> Result<()> {
     let driver = driver()?;
-    driver
-        .select_device(checked_ordinal(driver, ordinal)?)
-        .map_err(Error::from)?;
+    driver.select_device(checked_ordinal(driver, ordinal)?)?;
     Ok(())
 }
 
 /// The device of this thread's current context, or `None` when it has none.
 #[pyfunction]
-pub fn current_device() -> PyResult<Option<usize>> {
-    Ok(driver()?.current_device().map_err(Error::from)?)
+pub fn current_device() -> Result<Option<usize>> {
+    Ok(driver()?.current_device()?)
 }
 
 /// The thread's current context handle as an int, or `None`.
 #[pyfunction]
-pub fn current_context() -> PyResult<Option<usize>> {
-    Ok(driver()?
-        .current_context()
-        .map_err(Error::from)?
-        .map(|c| c.address()))
+pub fn current_context() -> Result<Option<usize>> {
+    Ok(driver()?.current_context()?.map(|c| c.address()))
 }
 
 /// The primary context handle of device `ordinal`, retained on first use.
 #[pyfunction]
-pub fn primary_context(ordinal: i64) -> PyResult<usize> {
+pub fn primary_context(ordinal: i64) -> Result<usize> {
     let driver = driver()?;
     Ok(driver
-        .primary_context(checked_ordinal(driver, ordinal)?)
-        .map_err(Error::from)?
+        .primary_context(checked_ordinal(driver, ordinal)?)?
         .address())
 }
 
 /// Pushes device `ordinal`'s primary context on this thread's stack.
 #[pyfunction]
-pub fn push_device(ordinal: i64) -> PyResult<()> {
+pub fn push_device(ordinal: i64) -> Result<()> {
     let driver = driver()?;
-    let context = driver
-        .primary_context(checked_ordinal(driver, ordinal)?)
-        .map_err(Error::from)?;
-    driver.push_context(context).map_err(Error::from)?;
+    let context = driver.primary_context(checked_ordinal(driver, ordinal)?)?;
+    driver.push_context(context)?;
     Ok(())
 }
 
 /// Pops this thread's current context; returns its device, or `None` if the stack was empty.
 #[pyfunction]
-pub fn pop_device() -> PyResult<Option<usize>> {
+pub fn pop_device() -> Result<Option<usize>> {
     let driver = driver()?;
-    let before = driver.current_device().map_err(Error::from)?;
-    driver.pop_context().map_err(Error::from)?;
+    let before = driver.current_device()?;
+    driver.pop_context()?;
     Ok(before)
 }
 
 /// Waits for all work in the thread's current context (device 0's if none).
 #[pyfunction]
-pub fn synchronize(py: Python<'_>) -> PyResult<()> {
+pub fn synchronize(py: Python<'_>) -> Result<()> {
     let driver = driver()?;
-    driver.launch_context().map_err(Error::from)?;
-    py.detach(|| driver.synchronize()).map_err(Error::from)?;
+    driver.launch_context()?;
+    py.detach(|| driver.synchronize())?;
     Ok(())
 }
 
 /// `(free, total)` bytes of the current context's device.
 #[pyfunction]
-pub fn memory_info() -> PyResult<(usize, usize)> {
+pub fn memory_info() -> Result<(usize, usize)> {
     let driver = driver()?;
-    driver.launch_context().map_err(Error::from)?;
-    Ok(driver.memory_info().map_err(Error::from)?)
+    driver.launch_context()?;
+    Ok(driver.memory_info()?)
 }
 
 /// The device that owns a device pointer, or `None` if the driver does not know it.
 #[pyfunction]
-pub fn pointer_device(pointer: u64) -> PyResult<Option<usize>> {
+pub fn pointer_device(pointer: u64) -> Result<Option<usize>> {
     Ok(driver()?.pointer_device(pointer))
 }

@@ -90,6 +90,9 @@ impl From<Error> for PyErr {
                 (err.to_string(), code, name.clone(), during.clone()),
             ),
             Error::Driver(driver::Error::Invalid(why)) => PyValueError::new_err(why),
+            Error::Driver(ref err @ driver::Error::NoSuchDevice { .. }) => {
+                PyIndexError::new_err(err.to_string())
+            }
             Error::Argument {
                 position,
                 name,

@@ -106,15 +106,14 @@ impl Graph {
     /// A graph to capture from `stream` (a stream object or handle, not a default stream).
     #[new]
     #[pyo3(signature = (stream, mode = "global"))]
-    fn new(stream: &Bound<'_, PyAny>, mode: &str) -> PyResult<Graph> {
+    fn new(stream: &Bound<'_, PyAny>, mode: &str) -> Result<Graph> {
         let handle = parse_stream(stream)?;
         if handle <= driver::PER_THREAD_STREAM {
             return Err(Error::Value(
                 "a default stream cannot be captured; capture on a stream of its own \
                  (fastlaunch.graph() makes one)"
                     .into(),
-            )
-            .into());
+            ));
         }
         Ok(Graph {
             stream: stream.clone().unbind(),
@@ -128,23 +127,20 @@ impl Graph {
         })
     }
 
-    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
+    fn __enter__(mut slf: PyRefMut<'_, Self>) -> Result<PyRefMut<'_, Self>> {
         if slf.graph.is_some() || slf.capturing {
-            return Err(
-                Error::Value("this graph was already captured; make a new one".into()).into(),
-            );
+            return Err(Error::Value(
+                "this graph was already captured; make a new one".into(),
+            ));
         }
         if capture_stream().is_some() {
             return Err(Error::Value(
                 "this thread is already capturing a fastlaunch graph; graphs do not nest".into(),
-            )
-            .into());
+            ));
         }
         let driver = driver()?;
-        let context = driver.launch_context().map_err(Error::from)?;
-        driver
-            .begin_capture(slf.handle, slf.mode)
-            .map_err(Error::from)?;
+        let context = driver.launch_context()?;
+        driver.begin_capture(slf.handle, slf.mode)?;
         CAPTURE_STREAM.with(|s| s.set(slf.handle));
         RECORDED.with(|r| r.borrow_mut().clear());
         slf.context = Some(context.context);
@@ -161,7 +157,7 @@ impl Graph {
         exc_type: Option<&Bound<'_, PyAny>>,
         _exc_value: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
+    ) -> Result<bool> {
         if !self.capturing {
             return Ok(false);
         }
@@ -173,7 +169,7 @@ impl Graph {
         if exc_type.is_some_and(|t| !t.is_none()) {
             return Ok(false); // the body's exception wins; the graph (if any) is dropped
         }
-        let graph = Arc::new(ended.map_err(Error::from)?);
+        let graph = Arc::new(ended?);
         self.launches = recorded
             .into_iter()
             .map(|r| {
@@ -197,21 +193,20 @@ impl Graph {
 
     /// Runs every captured operation again, on `stream` (default: the capture stream).
     #[pyo3(signature = (stream = None))]
-    fn replay(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn replay(&self, stream: Option<&Bound<'_, PyAny>>) -> Result<()> {
         let graph = self.instantiated()?;
         let handle = match stream {
             Some(s) if !s.is_none() => parse_stream(s)?,
             _ => self.handle,
         };
         let driver = driver()?;
-        let current = driver.launch_context().map_err(Error::from)?;
+        let current = driver.launch_context()?;
         if Some(current.context) != self.context {
             return Err(Error::Value(
                 "this graph was captured in another CUDA context; replay it there".into(),
-            )
-            .into());
+            ));
         }
-        Ok(graph.launch(handle).map_err(Error::from)?)
+        Ok(graph.launch(handle)?)
     }
 
     /// The fastlaunch launches captured, in order; each can take new arguments.
@@ -222,8 +217,8 @@ impl Graph {
 
     /// Nodes in the graph: the captured launches and anything else run on the stream.
     #[getter]
-    fn node_count(&self) -> PyResult<usize> {
-        Ok(self.instantiated()?.node_count().map_err(Error::from)?)
+    fn node_count(&self) -> Result<usize> {
+        Ok(self.instantiated()?.node_count()?)
     }
 
     #[getter]
@@ -281,20 +276,20 @@ pub struct GraphLaunch {
 impl GraphLaunch {
     /// Replaces every argument (same types as captured); later replays use them.
     #[pyo3(signature = (*args))]
-    fn set_args(&mut self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
+    fn set_args(&mut self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> Result<()> {
         let kernel = self.kernel.clone_ref(py);
         let names = kernel.bind(py).get().names();
         self.packed.set_args(names, Some(self.ordinal), args)?;
-        Ok(self.update()?)
+        self.update()
     }
 
     /// Replaces argument `index` (same type); later replays use it.
-    fn set_arg(&mut self, py: Python<'_>, index: usize, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set_arg(&mut self, py: Python<'_>, index: usize, value: &Bound<'_, PyAny>) -> Result<()> {
         let kernel = self.kernel.clone_ref(py);
         let names = kernel.bind(py).get().names();
         self.packed
             .set_arg(names, Some(self.ordinal), index, value)?;
-        Ok(self.update()?)
+        self.update()
     }
 
     #[getter]

@@ -47,6 +47,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(devices::unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(devices::driver_version, m)?)?;
     m.add_function(wrap_pyfunction!(devices::device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::device_index, m)?)?;
     m.add_function(wrap_pyfunction!(devices::device_name, m)?)?;
     m.add_function(wrap_pyfunction!(devices::device_uuid, m)?)?;
     m.add_function(wrap_pyfunction!(devices::device_pci_bus_id, m)?)?;

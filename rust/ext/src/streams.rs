@@ -38,15 +38,14 @@ pub fn ordering_enabled() -> bool {
 /// default stream) or `"follow"` (the current stream of torch or CuPy when their arrays
 /// are arguments).
 #[pyfunction]
-pub fn set_default_stream_policy(policy: &str) -> PyResult<()> {
+pub fn set_default_stream_policy(policy: &str) -> Result<()> {
     let code = match policy {
         "legacy" => 0,
         "follow" => 1,
         _ => {
             return Err(Error::Value(format!(
                 "the default stream policy is 'legacy' or 'follow', not {policy:?}"
-            ))
-            .into())
+            )))
         }
     };
     FOLLOW_CURRENT_STREAM.store(code, Ordering::Relaxed);
@@ -129,16 +128,16 @@ impl Stream {
     /// A new stream in the current context (device 0's primary if none is current).
     #[staticmethod]
     #[pyo3(signature = (non_blocking = false))]
-    fn create(non_blocking: bool) -> PyResult<Stream> {
+    fn create(non_blocking: bool) -> Result<Stream> {
         let driver = driver()?;
-        driver.launch_context().map_err(Error::from)?;
-        let inner = driver::Stream::create(driver, non_blocking).map_err(Error::from)?;
+        driver.launch_context()?;
+        let inner = driver::Stream::create(driver, non_blocking)?;
         Ok(Stream { inner })
     }
 
     /// Wraps a stream handle owned elsewhere (0: legacy default, 1: legacy, 2: per-thread).
     #[staticmethod]
-    fn external(handle: usize) -> PyResult<Stream> {
+    fn external(handle: usize) -> Result<Stream> {
         Ok(Stream {
             inner: driver::Stream::external(driver()?, handle),
         })
@@ -158,20 +157,18 @@ impl Stream {
     }
 
     /// Waits until all work submitted to the stream has finished.
-    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        Ok(py
-            .detach(|| self.inner.synchronize())
-            .map_err(Error::from)?)
+    fn synchronize(&self, py: Python<'_>) -> Result<()> {
+        Ok(py.detach(|| self.inner.synchronize())?)
     }
 
     /// Whether all work submitted to the stream has finished.
-    fn query(&self) -> PyResult<bool> {
-        Ok(self.inner.query().map_err(Error::from)?)
+    fn query(&self) -> Result<bool> {
+        Ok(self.inner.query()?)
     }
 
     /// Makes future work on this stream wait for `event` (on the GPU; the host continues).
-    fn wait_event(&self, event: &Event) -> PyResult<()> {
-        Ok(self.inner.wait_event(&event.inner).map_err(Error::from)?)
+    fn wait_event(&self, event: &Event) -> Result<()> {
+        Ok(self.inner.wait_event(&event.inner)?)
     }
 
     fn __repr__(&self) -> String {
@@ -194,43 +191,39 @@ pub struct Event {
 impl Event {
     #[new]
     #[pyo3(signature = (timing = true))]
-    fn new(timing: bool) -> PyResult<Event> {
+    fn new(timing: bool) -> Result<Event> {
         let driver = driver()?;
-        driver.launch_context().map_err(Error::from)?;
-        let inner = driver::Event::create(driver, timing).map_err(Error::from)?;
+        driver.launch_context()?;
+        let inner = driver::Event::create(driver, timing)?;
         Ok(Event { inner })
     }
 
     /// Records the event on `stream` (0/None: the legacy default stream).
     #[pyo3(signature = (stream = None))]
-    fn record(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn record(&self, stream: Option<&Bound<'_, PyAny>>) -> Result<()> {
         let handle = stream_argument(stream)?;
-        Ok(self.inner.record(handle).map_err(Error::from)?)
+        Ok(self.inner.record(handle)?)
     }
 
     /// Makes future work on `stream` wait for this event.
     #[pyo3(signature = (stream = None))]
-    fn wait(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn wait(&self, stream: Option<&Bound<'_, PyAny>>) -> Result<()> {
         let handle = stream_argument(stream)?;
         let driver = driver()?;
-        Ok(driver::Stream::external(driver, handle)
-            .wait_event(&self.inner)
-            .map_err(Error::from)?)
+        Ok(driver::Stream::external(driver, handle).wait_event(&self.inner)?)
     }
 
-    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        Ok(py
-            .detach(|| self.inner.synchronize())
-            .map_err(Error::from)?)
+    fn synchronize(&self, py: Python<'_>) -> Result<()> {
+        Ok(py.detach(|| self.inner.synchronize())?)
     }
 
-    fn query(&self) -> PyResult<bool> {
-        Ok(self.inner.query().map_err(Error::from)?)
+    fn query(&self) -> Result<bool> {
+        Ok(self.inner.query()?)
     }
 
     /// Milliseconds from this event to `end` (both recorded and complete).
-    fn elapsed_time(&self, end: &Event) -> PyResult<f32> {
-        Ok(end.inner.elapsed_since(&self.inner).map_err(Error::from)?)
+    fn elapsed_time(&self, end: &Event) -> Result<f32> {
+        Ok(end.inner.elapsed_since(&self.inner)?)
     }
 }
 
@@ -318,7 +311,7 @@ pub(crate) fn order_inputs(
 /// `cupy.cuda.get_current_stream().ptr`.
 fn cupy_current_stream(py: Python<'_>) -> Result<usize> {
     static GET_CURRENT_STREAM: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
-    let get = GET_CURRENT_STREAM.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+    let get = GET_CURRENT_STREAM.get_or_try_init(py, || -> Result<Py<PyAny>> {
         Ok(py
             .import("cupy.cuda")?
             .getattr("get_current_stream")?
