@@ -55,16 +55,16 @@ thread_local! {
 
 pub(crate) fn enumerate_devices(driver: &Driver) -> Result<Vec<DeviceSlot>> {
     let mut count: c_int = 0;
-    // SAFETY: valid out-pointer.
     driver.check(
+        // SAFETY: valid out-pointer.
         unsafe { (driver.api.device_get_count)(&mut count) },
         "counting devices",
     )?;
     (0..count)
         .map(|ordinal| {
             let mut handle: CUdevice = 0;
-            // SAFETY: valid out-pointer, ordinal below the count.
             driver.check(
+                // SAFETY: valid out-pointer, ordinal below the count.
                 unsafe { (driver.api.device_get)(&mut handle, ordinal) },
                 "getting a device",
             )?;
@@ -125,8 +125,8 @@ impl Driver {
 
     pub fn device_name(&self, ordinal: usize) -> Result<String> {
         let mut buf = [0 as c_char; 256];
-        // SAFETY: the buffer length is passed; the driver NUL-terminates.
         self.check(
+            // SAFETY: the buffer length is passed; the driver NUL-terminates.
             unsafe {
                 (self.api.device_get_name)(
                     buf.as_mut_ptr(),
@@ -144,8 +144,8 @@ impl Driver {
 
     pub fn device_uuid(&self, ordinal: usize) -> Result<[u8; 16]> {
         let mut uuid = [0u8; 16];
-        // SAFETY: CUuuid is 16 bytes.
         self.check(
+            // SAFETY: CUuuid is 16 bytes.
             unsafe { (self.api.device_get_uuid)(&mut uuid, self.device_handle(ordinal)?) },
             "reading the device UUID",
         )?;
@@ -154,8 +154,8 @@ impl Driver {
 
     pub fn device_pci_bus_id(&self, ordinal: usize) -> Result<String> {
         let mut buf = [0 as c_char; 64];
-        // SAFETY: the buffer length is passed; the driver NUL-terminates.
         self.check(
+            // SAFETY: the buffer length is passed; the driver NUL-terminates.
             unsafe {
                 (self.api.device_get_pci_bus_id)(
                     buf.as_mut_ptr(),
@@ -173,8 +173,8 @@ impl Driver {
 
     pub fn device_total_memory(&self, ordinal: usize) -> Result<usize> {
         let mut bytes = 0usize;
-        // SAFETY: valid out-pointer.
         self.check(
+            // SAFETY: valid out-pointer.
             unsafe { (self.api.device_total_mem)(&mut bytes, self.device_handle(ordinal)?) },
             "reading the device memory size",
         )?;
@@ -184,8 +184,8 @@ impl Driver {
     /// A `CU_DEVICE_ATTRIBUTE_*` value by its number.
     pub fn device_attribute(&self, ordinal: usize, attribute: i32) -> Result<i32> {
         let mut value: c_int = 0;
-        // SAFETY: valid out-pointer; an unknown attribute is an error code, not UB.
         self.check(
+            // SAFETY: valid out-pointer; an unknown attribute is an error code, not UB.
             unsafe {
                 (self.api.device_get_attribute)(&mut value, attribute, self.device_handle(ordinal)?)
             },
@@ -214,8 +214,8 @@ impl Driver {
             return Ok(Context(known));
         }
         let mut context: CUcontext = ptr::null_mut();
-        // SAFETY: valid out-pointer and device handle.
         self.check(
+            // SAFETY: valid out-pointer and device handle.
             unsafe { (self.api.primary_ctx_retain)(&mut context, slot.handle) },
             "retaining the primary context",
         )?;
@@ -226,8 +226,8 @@ impl Driver {
     /// The thread's current context, or `None` when the thread has none.
     pub fn current_context(&self) -> Result<Option<Context>> {
         let mut context: CUcontext = ptr::null_mut();
-        // SAFETY: valid out-pointer.
         self.check(
+            // SAFETY: valid out-pointer.
             unsafe { (self.api.ctx_get_current)(&mut context) },
             "reading the current context",
         )?;
@@ -253,8 +253,8 @@ impl Driver {
     /// Pops the thread's current context; `None` when the stack was empty.
     pub fn pop_context(&self) -> Result<Option<Context>> {
         let mut context: CUcontext = ptr::null_mut();
-        // SAFETY: valid out-pointer.
         self.check(
+            // SAFETY: valid out-pointer.
             unsafe { (self.api.ctx_pop_current)(&mut context) },
             "popping the current context",
         )?;
@@ -326,8 +326,8 @@ impl Driver {
             return Ok(slot.ordinal);
         }
         let mut device: CUdevice = 0;
-        // SAFETY: valid out-pointer.
         self.check(
+            // SAFETY: valid out-pointer.
             unsafe { (self.api.ctx_get_device)(&mut device) },
             "reading the current context's device",
         )?;
@@ -343,8 +343,8 @@ impl Driver {
     /// Whether kernels on device `from` can read and write device `to`'s memory.
     pub fn can_access_peer(&self, from: usize, to: usize) -> Result<bool> {
         let mut can: c_int = 0;
-        // SAFETY: valid out-pointer and device handles.
         self.check(
+            // SAFETY: valid out-pointer and device handles.
             unsafe {
                 (self.api.device_can_access_peer)(
                     &mut can,
@@ -371,8 +371,8 @@ impl Driver {
     /// Free and total memory of the current context's device, in bytes.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: valid out-pointers.
         self.check(
+            // SAFETY: valid out-pointers.
             unsafe { (self.api.mem_get_info)(&mut free, &mut total) },
             "reading memory information",
         )?;

@@ -66,8 +66,8 @@ impl Driver {
     /// Ends the capture on `stream` and instantiates what it recorded.
     pub fn end_capture(&'static self, stream: usize) -> Result<Graph> {
         let mut graph: CUgraph = ptr::null_mut();
-        // SAFETY: valid out-pointer; the driver reports an invalidated capture as an error.
         self.check(
+            // SAFETY: valid out-pointer; the driver reports an invalidated capture as an error.
             unsafe { (self.api.stream_end_capture)(stream as sys::CUstream, &mut graph) },
             "ending a stream capture",
         )?;
@@ -136,8 +136,8 @@ impl Driver {
     pub fn kernel_node_params(&self, node: GraphNode) -> Result<KernelNodeParams> {
         // SAFETY: all-zero is a valid value of this plain C struct.
         let mut params: CudaKernelNodeParams = unsafe { std::mem::zeroed() };
-        // SAFETY: a node handle from the driver; valid out-pointer.
         self.check(
+            // SAFETY: a node handle from the driver; valid out-pointer.
             unsafe { (self.api.graph_kernel_node_get_params)(node.0, &mut params) },
             "reading a kernel node's parameters",
         )?;
@@ -158,8 +158,8 @@ impl Graph {
     /// Nodes in the graph (kernels, copies, and whatever else was captured).
     pub fn node_count(&self) -> Result<usize> {
         let mut count: usize = 0;
-        // SAFETY: a null node array asks only for the count.
         self.driver.check(
+            // SAFETY: a null node array asks only for the count.
             unsafe { (self.driver.api.graph_get_nodes)(self.graph, ptr::null_mut(), &mut count) },
             "counting a graph's nodes",
         )?;

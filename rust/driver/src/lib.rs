@@ -125,8 +125,8 @@ impl Driver {
         };
         driver.check(code, "initialising the CUDA driver (cuInit)")?;
         let mut version = 0;
-        // SAFETY: valid out-pointer.
         driver.check(
+            // SAFETY: valid out-pointer.
             unsafe { (driver.api.driver_get_version)(&mut version) },
             "reading the driver version",
         )?;
@@ -174,8 +174,8 @@ impl Driver {
             let mut text: *const c_char = std::ptr::null();
             // SAFETY: the driver writes a pointer to a static C string or leaves it null.
             let found = unsafe { f(code, &mut text) } == CUDA_SUCCESS && !text.is_null();
-            // SAFETY: non-null results point to NUL-terminated static strings.
             found.then(|| {
+                // SAFETY: non-null results point to NUL-terminated static strings.
                 unsafe { CStr::from_ptr(text) }
                     .to_string_lossy()
                     .into_owned()

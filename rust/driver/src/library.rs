@@ -116,8 +116,8 @@ impl Kernel {
     /// The kernel's [`Function`] in the current context (loading it there if needed).
     pub fn function_here(&self, driver: &Driver) -> Result<Function> {
         let mut function: CUfunction = ptr::null_mut();
-        // SAFETY: valid out-pointer and kernel handle.
         driver.check(
+            // SAFETY: valid out-pointer and kernel handle.
             unsafe { (driver.api.kernel_get_function)(&mut function, self.handle) },
             "getting a kernel's function in the current context",
         )?;
@@ -131,8 +131,8 @@ impl Kernel {
         ordinal: usize,
     ) -> Result<i32> {
         let mut value: c_int = 0;
-        // SAFETY: valid out-pointer, kernel and device handles.
         driver.check(
+            // SAFETY: valid out-pointer, kernel and device handles.
             unsafe {
                 (driver.api.kernel_get_attribute)(
                     &mut value,
@@ -176,8 +176,8 @@ impl Kernel {
     ) -> Result<i32> {
         let function = self.function_in_current_context(driver)?;
         let mut blocks: c_int = 0;
-        // SAFETY: valid out-pointer and function handle.
         driver.check(
+            // SAFETY: valid out-pointer and function handle.
             unsafe {
                 (driver.api.occupancy_max_active_blocks)(
                     &mut blocks,

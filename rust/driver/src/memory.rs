@@ -17,8 +17,8 @@ impl DeviceBuffer {
     pub fn alloc(driver: &'static Driver, len: usize) -> Result<DeviceBuffer> {
         let mut ptr: CUdeviceptr = 0;
         if len > 0 {
-            // SAFETY: valid out-pointer.
             driver.check(
+                // SAFETY: valid out-pointer.
                 unsafe { (driver.api.mem_alloc)(&mut ptr, len) },
                 "allocating device memory",
             )?;
@@ -111,8 +111,8 @@ impl Driver {
     ) -> Result<StagedCopy> {
         let mut device: CUdeviceptr = 0;
         let stream = stream as sys::CUstream;
-        // SAFETY: valid out-pointer; a null stream is the legacy default stream.
         self.check(
+            // SAFETY: valid out-pointer; a null stream is the legacy default stream.
             unsafe { (self.api.mem_alloc_async)(&mut device, len.max(1), stream) },
             "allocating device memory for a record (cuMemAllocAsync)",
         )?;

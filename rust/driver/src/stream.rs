@@ -33,8 +33,8 @@ impl Stream {
             0
         };
         let mut handle: CUstream = ptr::null_mut();
-        // SAFETY: valid out-pointer.
         driver.check(
+            // SAFETY: valid out-pointer.
             unsafe { (driver.api.stream_create)(&mut handle, flags) },
             "creating a stream",
         )?;
@@ -90,8 +90,8 @@ impl Driver {
     /// Whether work submitted to `stream` is being captured into a CUDA graph.
     pub fn stream_is_capturing(&self, stream: usize) -> Result<bool> {
         let mut status: std::ffi::c_int = 0;
-        // SAFETY: valid out-pointer; the driver validates the handle.
         self.check(
+            // SAFETY: valid out-pointer; the driver validates the handle.
             unsafe { (self.api.stream_is_capturing)(stream as CUstream, &mut status) },
             "querying stream capture",
         )?;
@@ -138,8 +138,8 @@ impl Event {
             sys::CU_EVENT_DISABLE_TIMING
         };
         let mut handle: CUevent = ptr::null_mut();
-        // SAFETY: valid out-pointer.
         driver.check(
+            // SAFETY: valid out-pointer.
             unsafe { (driver.api.event_create)(&mut handle, flags) },
             "creating an event",
         )?;
@@ -174,8 +174,8 @@ impl Event {
     /// Milliseconds between `start` and this event, both recorded and complete.
     pub fn elapsed_since(&self, start: &Event) -> Result<f32> {
         let mut ms = 0f32;
-        // SAFETY: valid out-pointer and event handles.
         self.driver.check(
+            // SAFETY: valid out-pointer and event handles.
             unsafe { (self.driver.api.event_elapsed_time)(&mut ms, start.handle, self.handle) },
             "timing between events",
         )?;

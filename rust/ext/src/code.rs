@@ -211,11 +211,11 @@ static RELEASE_GIL: AtomicBool = AtomicBool::new(false);
 /// Releases the GIL around each `cuLaunchKernel`, so that other Python threads run
 /// meanwhile (costs a GIL hand-off per launch; see the thread-scaling benchmark).
 #[pyfunction]
-pub fn set_release_gil(release: bool) {
+pub(crate) fn set_release_gil(release: bool) {
     RELEASE_GIL.store(release, Ordering::Relaxed);
 }
 
 #[pyfunction]
-pub fn releases_gil() -> bool {
+pub(crate) fn releases_gil() -> bool {
     RELEASE_GIL.load(Ordering::Relaxed)
 }

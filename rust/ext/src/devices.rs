@@ -10,12 +10,12 @@ use crate::errors::{Error, Result};
 
 /// The driver, or the reason there is none.
 #[inline]
-pub fn driver() -> Result<&'static Driver> {
+pub(crate) fn driver() -> Result<&'static Driver> {
     Driver::get().map_err(Error::from)
 }
 
 /// Compute capability of each device as `major * 10 + minor`, read once.
-pub fn compute_capability_code(driver: &'static Driver, ordinal: usize) -> Result<u32> {
+pub(crate) fn compute_capability_code(driver: &'static Driver, ordinal: usize) -> Result<u32> {
     static CODES: OnceLock<std::result::Result<Vec<u32>, DriverError>> = OnceLock::new();
     let codes = CODES
         .get_or_init(|| {
@@ -42,43 +42,43 @@ fn checked_ordinal(driver: &Driver, ordinal: i64) -> Result<usize> {
 /// The device index `ordinal` names (negative ordinals count from the end); `IndexError`
 /// when there is no such device.
 #[pyfunction]
-pub fn device_index(ordinal: i64) -> Result<usize> {
+pub(crate) fn device_index(ordinal: i64) -> Result<usize> {
     Ok(driver()?.device_index(ordinal)?)
 }
 
 /// Whether a CUDA driver and at least one device are usable.
 #[pyfunction]
-pub fn is_available() -> bool {
+pub(crate) fn is_available() -> bool {
     Driver::get().is_ok()
 }
 
 /// Why CUDA is unusable, or `None` when it is usable.
 #[pyfunction]
-pub fn unavailable_reason() -> Option<String> {
+pub(crate) fn unavailable_reason() -> Option<String> {
     Driver::get().err().map(|e| e.to_string())
 }
 
 /// The driver's CUDA version as `(major, minor)`.
 #[pyfunction]
-pub fn driver_version() -> Result<(i32, i32)> {
+pub(crate) fn driver_version() -> Result<(i32, i32)> {
     let version = driver()?.version();
     Ok((version / 1000, (version % 1000) / 10))
 }
 
 #[pyfunction]
-pub fn device_count() -> Result<usize> {
+pub(crate) fn device_count() -> Result<usize> {
     Ok(driver()?.device_count())
 }
 
 #[pyfunction]
-pub fn device_name(ordinal: i64) -> Result<String> {
+pub(crate) fn device_name(ordinal: i64) -> Result<String> {
     let driver = driver()?;
     Ok(driver.device_name(checked_ordinal(driver, ordinal)?)?)
 }
 
 /// The device UUID in the `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` form nvidia-smi prints.
 #[pyfunction]
-pub fn device_uuid(ordinal: i64) -> Result<String> {
+pub(crate) fn device_uuid(ordinal: i64) -> Result<String> {
     let driver = driver()?;
     let bytes = driver.device_uuid(checked_ordinal(driver, ordinal)?)?;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -93,20 +93,20 @@ pub fn device_uuid(ordinal: i64) -> Result<String> {
 }
 
 #[pyfunction]
-pub fn device_pci_bus_id(ordinal: i64) -> Result<String> {
+pub(crate) fn device_pci_bus_id(ordinal: i64) -> Result<String> {
     let driver = driver()?;
     Ok(driver.device_pci_bus_id(checked_ordinal(driver, ordinal)?)?)
 }
 
 #[pyfunction]
-pub fn device_total_memory(ordinal: i64) -> Result<usize> {
+pub(crate) fn device_total_memory(ordinal: i64) -> Result<usize> {
     let driver = driver()?;
     Ok(driver.device_total_memory(checked_ordinal(driver, ordinal)?)?)
 }
 
 /// A `CU_DEVICE_ATTRIBUTE_*` value by name (case-insensitive, prefix optional).
 #[pyfunction]
-pub fn device_attribute(ordinal: i64, name: &str) -> Result<i32> {
+pub(crate) fn device_attribute(ordinal: i64, name: &str) -> Result<i32> {
     let number = attribute::by_name(name).ok_or_else(|| {
         pyo3::exceptions::PyAttributeError::new_err(format!("unknown device attribute {name:?}"))
     })?;
@@ -116,19 +116,19 @@ pub fn device_attribute(ordinal: i64, name: &str) -> Result<i32> {
 
 /// The names `device_attribute` accepts.
 #[pyfunction]
-pub fn device_attribute_names() -> Vec<&'static str> {
+pub(crate) fn device_attribute_names() -> Vec<&'static str> {
     attribute::BY_NAME.iter().map(|(name, _)| *name).collect()
 }
 
 #[pyfunction]
-pub fn compute_capability(ordinal: i64) -> Result<(i32, i32)> {
+pub(crate) fn compute_capability(ordinal: i64) -> Result<(i32, i32)> {
     let driver = driver()?;
     Ok(driver.compute_capability(checked_ordinal(driver, ordinal)?)?)
 }
 
 /// Makes device `ordinal`'s primary context current on this thread.
 #[pyfunction]
-pub fn select_device(ordinal: i64) -> Result<()> {
+pub(crate) fn select_device(ordinal: i64) -> Result<()> {
     let driver = driver()?;
     driver.select_device(checked_ordinal(driver, ordinal)?)?;
     Ok(())
@@ -136,19 +136,19 @@ pub fn select_device(ordinal: i64) -> Result<()> {
 
 /// The device of this thread's current context, or `None` when it has none.
 #[pyfunction]
-pub fn current_device() -> Result<Option<usize>> {
+pub(crate) fn current_device() -> Result<Option<usize>> {
     Ok(driver()?.current_device()?)
 }
 
 /// The thread's current context handle as an int, or `None`.
 #[pyfunction]
-pub fn current_context() -> Result<Option<usize>> {
+pub(crate) fn current_context() -> Result<Option<usize>> {
     Ok(driver()?.current_context()?.map(|c| c.address()))
 }
 
 /// The primary context handle of device `ordinal`, retained on first use.
 #[pyfunction]
-pub fn primary_context(ordinal: i64) -> Result<usize> {
+pub(crate) fn primary_context(ordinal: i64) -> Result<usize> {
     let driver = driver()?;
     Ok(driver
         .primary_context(checked_ordinal(driver, ordinal)?)?
@@ -157,7 +157,7 @@ pub fn primary_context(ordinal: i64) -> Result<usize> {
 
 /// Pushes device `ordinal`'s primary context on this thread's stack.
 #[pyfunction]
-pub fn push_device(ordinal: i64) -> Result<()> {
+pub(crate) fn push_device(ordinal: i64) -> Result<()> {
     let driver = driver()?;
     let context = driver.primary_context(checked_ordinal(driver, ordinal)?)?;
     driver.push_context(context)?;
@@ -166,7 +166,7 @@ pub fn push_device(ordinal: i64) -> Result<()> {
 
 /// Pops this thread's current context; returns its device, or `None` if the stack was empty.
 #[pyfunction]
-pub fn pop_device() -> Result<Option<usize>> {
+pub(crate) fn pop_device() -> Result<Option<usize>> {
     let driver = driver()?;
     let before = driver.current_device()?;
     driver.pop_context()?;
@@ -175,7 +175,7 @@ pub fn pop_device() -> Result<Option<usize>> {
 
 /// Waits for all work in the thread's current context (device 0's if none).
 #[pyfunction]
-pub fn synchronize(py: Python<'_>) -> Result<()> {
+pub(crate) fn synchronize(py: Python<'_>) -> Result<()> {
     let driver = driver()?;
     driver.launch_context()?;
     py.detach(|| driver.synchronize())?;
@@ -184,7 +184,7 @@ pub fn synchronize(py: Python<'_>) -> Result<()> {
 
 /// `(free, total)` bytes of the current context's device.
 #[pyfunction]
-pub fn memory_info() -> Result<(usize, usize)> {
+pub(crate) fn memory_info() -> Result<(usize, usize)> {
     let driver = driver()?;
     driver.launch_context()?;
     Ok(driver.memory_info()?)
@@ -192,6 +192,6 @@ pub fn memory_info() -> Result<(usize, usize)> {
 
 /// The device that owns a device pointer, or `None` if the driver does not know it.
 #[pyfunction]
-pub fn pointer_device(pointer: u64) -> Result<Option<usize>> {
+pub(crate) fn pointer_device(pointer: u64) -> Result<Option<usize>> {
     Ok(driver()?.pointer_device(pointer))
 }

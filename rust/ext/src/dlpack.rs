@@ -14,14 +14,14 @@ use pyo3::prelude::*;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct DLDevice {
+pub(crate) struct DLDevice {
     pub device_type: i32,
     pub device_id: i32,
 }
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct DLDataType {
+pub(crate) struct DLDataType {
     pub code: u8,
     pub bits: u8,
     pub lanes: u16,
@@ -29,7 +29,7 @@ pub struct DLDataType {
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct DLTensor {
+pub(crate) struct DLTensor {
     pub data: *mut c_void,
     pub device: DLDevice,
     pub ndim: i32,
@@ -40,7 +40,7 @@ pub struct DLTensor {
 }
 
 impl DLTensor {
-    pub fn empty() -> DLTensor {
+    pub(crate) fn empty() -> DLTensor {
         DLTensor {
             data: std::ptr::null_mut(),
             device: DLDevice {
@@ -61,29 +61,29 @@ impl DLTensor {
 }
 
 #[repr(C)]
-pub struct DLManagedTensor {
+pub(crate) struct DLManagedTensor {
     pub dl_tensor: DLTensor,
     pub manager_ctx: *mut c_void,
     pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
 }
 
 #[repr(C)]
-pub struct DLPackVersion {
+pub(crate) struct DLPackVersion {
     pub major: u32,
     pub minor: u32,
 }
 
 #[repr(C)]
-pub struct DLPackExchangeAPIHeader {
+pub(crate) struct DLPackExchangeAPIHeader {
     pub version: DLPackVersion,
     pub prev_api: *const DLPackExchangeAPIHeader,
 }
 
-pub type DLTensorFromPyObject = unsafe extern "C" fn(*mut c_void, *mut DLTensor) -> c_int;
-pub type CurrentWorkStream = unsafe extern "C" fn(i32, i32, *mut *mut c_void) -> c_int;
+pub(crate) type DLTensorFromPyObject = unsafe extern "C" fn(*mut c_void, *mut DLTensor) -> c_int;
+pub(crate) type CurrentWorkStream = unsafe extern "C" fn(i32, i32, *mut *mut c_void) -> c_int;
 
 #[repr(C)]
-pub struct DLPackExchangeAPI {
+pub(crate) struct DLPackExchangeAPI {
     pub header: DLPackExchangeAPIHeader,
     pub managed_tensor_allocator: *const c_void,
     pub managed_tensor_from_py_object_no_sync: *const c_void,
@@ -92,14 +92,14 @@ pub struct DLPackExchangeAPI {
     pub current_work_stream: Option<CurrentWorkStream>,
 }
 
-pub const KDL_CUDA: i32 = 2;
-pub const KDL_CUDA_HOST: i32 = 3;
-pub const KDL_CUDA_MANAGED: i32 = 13;
+pub(crate) const KDL_CUDA: i32 = 2;
+pub(crate) const KDL_CUDA_HOST: i32 = 3;
+pub(crate) const KDL_CUDA_MANAGED: i32 = 13;
 
 /// The exchange API's tensor reader, found through a type's
 /// `__dlpack_c_exchange_api__` capsule (major version 1), if it offers one.
 #[derive(Clone, Copy)]
-pub struct ExchangeApi {
+pub(crate) struct ExchangeApi {
     pub from_py_object: DLTensorFromPyObject,
     /// The producer's current stream for a device (torch: `torch.cuda.current_stream`).
     pub current_work_stream: Option<CurrentWorkStream>,
@@ -111,7 +111,7 @@ unsafe impl Send for ExchangeApi {}
 
 const EXCHANGE_CAPSULE: &CStr = c"dlpack_exchange_api";
 
-pub fn exchange_api(class: &Bound<'_, PyAny>) -> Option<ExchangeApi> {
+pub(crate) fn exchange_api(class: &Bound<'_, PyAny>) -> Option<ExchangeApi> {
     let capsule = class.getattr("__dlpack_c_exchange_api__").ok()?;
     // SAFETY: PyCapsule_GetPointer checks the name; null (with an exception set) on mismatch.
     let mut header =
@@ -145,7 +145,7 @@ const LEGACY_CAPSULE: &CStr = c"dltensor";
 
 /// The `DLTensor` inside a `__dlpack__()` capsule (named "dltensor"); the capsule must
 /// outlive every use of the returned copy's pointers.
-pub fn tensor_from_capsule(capsule: &Bound<'_, PyAny>) -> Option<DLTensor> {
+pub(crate) fn tensor_from_capsule(capsule: &Bound<'_, PyAny>) -> Option<DLTensor> {
     // SAFETY: PyCapsule_GetPointer checks the name; null (with an exception set) on mismatch.
     let managed = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), LEGACY_CAPSULE.as_ptr()) }
         as *const DLManagedTensor;

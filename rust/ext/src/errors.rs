@@ -38,7 +38,7 @@ pub enum Error {
     Python(PyErr),
 }
 
-pub type Result<T> = std::result::Result<T, Error>;
+pub(crate) type Result<T> = std::result::Result<T, Error>;
 
 impl From<driver::Error> for Error {
     fn from(e: driver::Error) -> Error {

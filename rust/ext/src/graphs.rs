@@ -39,20 +39,20 @@ struct Recorded {
 
 /// The stream launches with no stream go to: this thread's capture stream, if any.
 #[inline]
-pub fn capture_stream() -> Option<usize> {
+pub(crate) fn capture_stream() -> Option<usize> {
     let stream = CAPTURE_STREAM.with(Cell::get);
     (stream != 0).then_some(stream)
 }
 
 /// Whether a launch on `stream` is captured by this thread's `fastlaunch.graph`.
 #[inline]
-pub fn is_capturing(stream: usize) -> bool {
+pub(crate) fn is_capturing(stream: usize) -> bool {
     capture_stream() == Some(stream)
 }
 
 /// Records the launch just submitted to the capture stream.
 #[cold]
-pub fn record(
+pub(crate) fn record(
     driver: &Driver,
     kernel: &Bound<'_, Kernel>,
     code: &Arc<CompiledCode>,

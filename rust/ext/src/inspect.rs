@@ -11,7 +11,10 @@ use crate::plan::Plan;
 
 /// Classifies one object as a kernel argument: its descriptor, as `_on_miss` sees it.
 #[pyfunction]
-pub fn classify<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+pub(crate) fn classify<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyTuple>> {
     let mut scratch = Scratch::default();
     read_arg(obj, Position { index: 0, name: "" }, &mut scratch)?;
     refuse_numba_only(&scratch)?;
@@ -21,14 +24,17 @@ pub fn classify<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound
 
 /// Describes a fingerprint as the per-argument descriptors `_on_miss` turns into numba types.
 #[pyfunction]
-pub fn describe<'py>(py: Python<'py>, fingerprint: &[u8]) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+pub(crate) fn describe<'py>(
+    py: Python<'py>,
+    fingerprint: &[u8],
+) -> PyResult<Vec<Bound<'py, PyTuple>>> {
     describe_fingerprint(py, fingerprint)
 }
 
 /// Packs `args` by `plan` exactly as a launch would, returning the parameter slots
 /// (8 bytes each) as bytes. Needs no GPU: for tests against numba's data model.
 #[pyfunction]
-pub fn pack<'py>(
+pub(crate) fn pack<'py>(
     py: Python<'py>,
     plan: Vec<String>,
     args: &Bound<'py, PyTuple>,
@@ -58,7 +64,7 @@ pub fn pack<'py>(
 
 /// The fingerprint of `args`, as the launch path computes it.
 #[pyfunction]
-pub fn fingerprint<'py>(
+pub(crate) fn fingerprint<'py>(
     py: Python<'py>,
     args: &Bound<'py, PyTuple>,
 ) -> PyResult<Bound<'py, PyBytes>> {

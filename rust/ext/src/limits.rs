@@ -13,13 +13,13 @@ use crate::classify::{ArgValue, Position, Scratch, ValueAt};
 use crate::errors::{Error, Result};
 
 /// Dynamic shared memory any kernel may use without opting in.
-pub const DEFAULT_DYNAMIC_SHARED_BYTES: u32 = 48 * 1024;
+pub(crate) const DEFAULT_DYNAMIC_SHARED_BYTES: u32 = 48 * 1024;
 
 /// Devices whose opt-in state is remembered per kernel; others ask the driver every time.
 const TRACKED_DEVICES: usize = 16;
 
 /// The dynamic shared memory a kernel has been opted in to, per device.
-pub struct SharedMemoryOptIn([AtomicU32; TRACKED_DEVICES]);
+pub(crate) struct SharedMemoryOptIn([AtomicU32; TRACKED_DEVICES]);
 
 impl Default for SharedMemoryOptIn {
     fn default() -> SharedMemoryOptIn {
@@ -32,7 +32,7 @@ impl Default for SharedMemoryOptIn {
 /// Whether a kernel has been opted in to non-portable cluster sizes, per device: set once,
 /// then the launch only reads a flag.
 #[derive(Default)]
-pub struct ClusterOptIn([std::sync::atomic::AtomicBool; TRACKED_DEVICES]);
+pub(crate) struct ClusterOptIn([std::sync::atomic::AtomicBool; TRACKED_DEVICES]);
 
 impl ClusterOptIn {
     fn allow_non_portable(
@@ -76,7 +76,7 @@ impl SharedMemoryOptIn {
     /// Lets `kernel` use `bytes` of dynamic shared memory on device `ordinal` (above 48 KiB
     /// a kernel must opt in, up to the device's per-block limit less its static shared memory).
     #[inline]
-    pub fn allow(
+    pub(crate) fn allow(
         &self,
         driver: &Driver,
         kernel: &driver::Kernel,
@@ -128,7 +128,7 @@ fn shown(dims: [u32; 3]) -> String {
 }
 
 /// Checks a cluster shape against the grid (each grid dimension a multiple of the cluster's).
-pub fn check_cluster(grid: [u32; 3], cluster: [u32; 3]) -> Result<()> {
+pub(crate) fn check_cluster(grid: [u32; 3], cluster: [u32; 3]) -> Result<()> {
     for (axis, (g, c)) in ["x", "y", "z"].iter().zip(grid.iter().zip(cluster)) {
         if g % c != 0 {
             return Err(Error::LaunchConfiguration(format!(
@@ -148,7 +148,7 @@ const MAX_CLUSTER_BLOCKS: u32 = 16;
 
 /// Checks that device `ordinal` runs clusters of this shape (if any), opting `kernel` in to
 /// non-portable sizes (9 to 16 blocks) once per device.
-pub fn prepare_cluster(
+pub(crate) fn prepare_cluster(
     driver: &Driver,
     kernel: &driver::Kernel,
     opted_in: &ClusterOptIn,
@@ -182,7 +182,7 @@ pub fn prepare_cluster(
 
 /// Turns a refused launch into an error naming the limit it broke, when one is found.
 #[cold]
-pub fn explain_launch_failure(
+pub(crate) fn explain_launch_failure(
     driver: &Driver,
     kernel: &driver::Kernel,
     ordinal: usize,
@@ -305,7 +305,7 @@ fn find_broken_limit(
 /// source names their device (DLPack, cuda.core) are checked always, and so are the pointers
 /// of generic CUDA Array Interface objects (which may be anything); with several devices,
 /// every other array's pointer is asked of the driver. Peers the driver allows are enabled.
-pub fn check_devices(
+pub(crate) fn check_devices(
     driver: &Driver,
     ordinal: usize,
     scratch: &Scratch,

@@ -16,7 +16,7 @@ use crate::scalar::Scalar;
 mod plan_proptests;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Param {
+pub(crate) enum Param {
     Array {
         ndim: usize,
     },
@@ -26,14 +26,14 @@ pub enum Param {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     params: Box<[Param]>,
 }
 
 impl Plan {
     /// Parses Python's plan: `"array:<ndim>"`, `"record"` or a numba scalar type name per
     /// argument.
-    pub fn parse(items: &[String]) -> Result<Plan> {
+    pub(crate) fn parse(items: &[String]) -> Result<Plan> {
         let params = items
             .iter()
             .map(|item| match item.strip_prefix("array:") {
@@ -55,7 +55,7 @@ impl Plan {
     /// Checks that arguments with this fingerprint can be packed by this plan: same
     /// count, arrays where arrays are expected with the same ndim, scalars for scalars
     /// (enum members and datetimes are scalars; tuple headers stand for no parameter).
-    pub fn check_fingerprint(&self, fingerprint: &[u8]) -> Result<()> {
+    pub(crate) fn check_fingerprint(&self, fingerprint: &[u8]) -> Result<()> {
         let mut walker = Walker::new(fingerprint);
         let mut params = self.params.iter().enumerate();
         while !walker.is_done() {
@@ -97,7 +97,7 @@ impl Plan {
     /// Packs the classified arguments into `out`. `fingerprint` names the argument of a
     /// value that cannot be packed (tuples hold several values).
     #[inline]
-    pub fn pack(
+    pub(crate) fn pack(
         &self,
         values: &[ArgValue],
         dims: &[i64],
@@ -115,7 +115,7 @@ impl Plan {
 
     /// Packs argument `index` (classified as `value`) into `out`.
     #[inline]
-    pub fn pack_one(
+    pub(crate) fn pack_one(
         &self,
         index: usize,
         value: &ArgValue,

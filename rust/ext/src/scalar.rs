@@ -4,7 +4,7 @@
 /// Every numeric type numba passes to a kernel, as an array element or a scalar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
-pub enum Scalar {
+pub(crate) enum Scalar {
     Bool = 1,
     I8,
     I16,
@@ -21,7 +21,7 @@ pub enum Scalar {
     C128,
 }
 
-pub const ALL_SCALARS: [Scalar; 14] = [
+pub(crate) const ALL_SCALARS: [Scalar; 14] = [
     Scalar::Bool,
     Scalar::I8,
     Scalar::I16,
@@ -39,12 +39,12 @@ pub const ALL_SCALARS: [Scalar; 14] = [
 ];
 
 impl Scalar {
-    pub fn from_code(code: u8) -> Option<Scalar> {
+    pub(crate) fn from_code(code: u8) -> Option<Scalar> {
         ALL_SCALARS.iter().copied().find(|s| *s as u8 == code)
     }
 
     /// numba's type name (`numba.cuda.types.<name>`).
-    pub fn numba_name(self) -> &'static str {
+    pub(crate) fn numba_name(self) -> &'static str {
         match self {
             Scalar::Bool => "boolean",
             Scalar::I8 => "int8",
@@ -64,21 +64,21 @@ impl Scalar {
     }
 
     /// NumPy's dtype name (`numpy.dtype(<name>)`).
-    pub fn numpy_name(self) -> &'static str {
+    pub(crate) fn numpy_name(self) -> &'static str {
         match self {
             Scalar::Bool => "bool",
             other => other.numba_name(),
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Scalar> {
+    pub(crate) fn from_name(name: &str) -> Option<Scalar> {
         ALL_SCALARS
             .iter()
             .copied()
             .find(|s| s.numba_name() == name || s.numpy_name() == name)
     }
 
-    pub fn itemsize(self) -> usize {
+    pub(crate) fn itemsize(self) -> usize {
         match self {
             Scalar::Bool | Scalar::I8 | Scalar::U8 => 1,
             Scalar::I16 | Scalar::U16 | Scalar::F16 => 2,
@@ -90,7 +90,7 @@ impl Scalar {
 
     /// The type of an array-interface type string such as `"<f4"` or `"|b1"`.
     /// Big-endian and other non-native kinds are not supported.
-    pub fn from_typestr(typestr: &str) -> Option<Scalar> {
+    pub(crate) fn from_typestr(typestr: &str) -> Option<Scalar> {
         let bytes = typestr.as_bytes();
         if bytes.len() < 3 || !matches!(bytes[0], b'<' | b'|' | b'=') {
             return None;
@@ -117,7 +117,7 @@ impl Scalar {
     }
 
     /// The type of a DLPack `(code, bits, lanes)` data type.
-    pub fn from_dlpack(code: u8, bits: u8, lanes: u16) -> Option<Scalar> {
+    pub(crate) fn from_dlpack(code: u8, bits: u8, lanes: u16) -> Option<Scalar> {
         if lanes != 1 {
             return None;
         }
@@ -141,14 +141,14 @@ impl Scalar {
         Some(scalar)
     }
 
-    pub fn is_complex(self) -> bool {
+    pub(crate) fn is_complex(self) -> bool {
         matches!(self, Scalar::C64 | Scalar::C128)
     }
 }
 
 /// A scalar argument's value, read once from the Python object.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     Bool(bool),
     /// Any integer, signed or unsigned 64-bit.
     Int(i128),
@@ -172,7 +172,7 @@ impl Value {
     /// The value as numba-cuda passes it to a parameter of type `target`, as the 8-byte
     /// slots of its flattened parameters (two for complex). Integers wrap to the target
     /// width as ctypes does; floats do not convert to integers, nor complex to reals.
-    pub fn convert(self, target: Scalar) -> std::result::Result<[u64; 2], String> {
+    pub(crate) fn convert(self, target: Scalar) -> std::result::Result<[u64; 2], String> {
         let refuse = || {
             Err(format!(
                 "cannot pass {} to a parameter of type {}",
@@ -250,7 +250,7 @@ impl Value {
 }
 
 /// IEEE half-precision bits to f64 (exact).
-pub fn half_to_f64(bits: u16) -> f64 {
+pub(crate) fn half_to_f64(bits: u16) -> f64 {
     let sign = if bits & 0x8000 != 0 { -1.0 } else { 1.0 };
     let exponent = i32::from((bits >> 10) & 0x1f);
     let mantissa = f64::from(bits & 0x3ff);
@@ -263,7 +263,7 @@ pub fn half_to_f64(bits: u16) -> f64 {
 }
 
 /// f64 to IEEE half-precision bits, rounding to nearest even (as NumPy does).
-pub fn f64_to_half(value: f64) -> u16 {
+pub(crate) fn f64_to_half(value: f64) -> u16 {
     let sign: u16 = if value.is_sign_negative() { 0x8000 } else { 0 };
     let magnitude = value.abs();
     if value.is_nan() {

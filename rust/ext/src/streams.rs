@@ -25,12 +25,12 @@ static FOLLOW_CURRENT_STREAM: AtomicU8 = AtomicU8::new(0);
 
 /// Turns producer-stream ordering on or off (numba-cuda's `NUMBA_CUDA_ARRAY_INTERFACE_SYNC`).
 #[pyfunction]
-pub fn set_ordering(enabled: bool) {
+pub(crate) fn set_ordering(enabled: bool) {
     ORDERING.store(enabled, Ordering::Relaxed);
 }
 
 #[pyfunction]
-pub fn ordering_enabled() -> bool {
+pub(crate) fn ordering_enabled() -> bool {
     ORDERING.load(Ordering::Relaxed)
 }
 
@@ -38,7 +38,7 @@ pub fn ordering_enabled() -> bool {
 /// default stream) or `"follow"` (the current stream of torch or CuPy when their arrays
 /// are arguments).
 #[pyfunction]
-pub fn set_default_stream_policy(policy: &str) -> Result<()> {
+pub(crate) fn set_default_stream_policy(policy: &str) -> Result<()> {
     let code = match policy {
         "legacy" => 0,
         "follow" => 1,
@@ -53,7 +53,7 @@ pub fn set_default_stream_policy(policy: &str) -> Result<()> {
 }
 
 #[pyfunction]
-pub fn default_stream_policy() -> &'static str {
+pub(crate) fn default_stream_policy() -> &'static str {
     if follows_current_stream() {
         "follow"
     } else {
@@ -62,13 +62,13 @@ pub fn default_stream_policy() -> &'static str {
 }
 
 #[inline]
-pub fn follows_current_stream() -> bool {
+pub(crate) fn follows_current_stream() -> bool {
     FOLLOW_CURRENT_STREAM.load(Ordering::Relaxed) != 0
 }
 
 /// 0 and `CU_STREAM_LEGACY` (1) name the same stream.
 #[inline]
-pub fn same_stream(a: usize, b: usize) -> bool {
+pub(crate) fn same_stream(a: usize, b: usize) -> bool {
     let canonical = |s: usize| {
         if s == driver::LEGACY_STREAM {
             0
@@ -86,7 +86,11 @@ thread_local! {
 }
 
 /// Makes `stream` wait for every producer stream in `producers` that differs from it.
-pub fn order_after_producers(context: Context, stream: usize, producers: &[usize]) -> Result<()> {
+pub(crate) fn order_after_producers(
+    context: Context,
+    stream: usize,
+    producers: &[usize],
+) -> Result<()> {
     if !ordering_enabled() || producers.iter().all(|&p| same_stream(p, stream)) {
         return Ok(());
     }

@@ -75,11 +75,11 @@ fn push_dltensor(
     if ndim > 0 && tensor.shape.is_null() {
         return Err(at.error("DLPack tensor has no shape"));
     }
-    // SAFETY: per the module invariants, shape has ndim values and strides is null or has
-    // ndim values, valid while `arg` (held by the caller) lives.
     let shape: &[i64] = if ndim == 0 {
         &[]
     } else {
+        // SAFETY: per the module invariants, shape has ndim values and strides is null or has
+        // ndim values, valid while `arg` (held by the caller) lives.
         unsafe { std::slice::from_raw_parts(tensor.shape, ndim) }
     };
     let strides: Option<&[i64]> = if tensor.strides.is_null() || ndim == 0 {

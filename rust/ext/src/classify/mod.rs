@@ -47,7 +47,7 @@ pub(crate) use arrays::MAX_NDIM;
 /// An array argument: what the packer needs. `dims_at` indexes the scratch's `dims`,
 /// where `ndim` shape values are followed by `ndim` byte strides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ArrayArg {
+pub(crate) struct ArrayArg {
     pub data: u64,
     pub itemsize: u64,
     pub nitems: u64,
@@ -56,7 +56,7 @@ pub struct ArrayArg {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ArgValue {
+pub(crate) enum ArgValue {
     Array(ArrayArg),
     Scalar(Value),
     /// A record: the device address of its copy (0 until the launch stages it; see
@@ -70,7 +70,7 @@ pub enum ArgValue {
 /// back after (numba-cuda's `InOut` default for records). The argument object keeps the
 /// bytes alive and in place for the launch (a structured scalar holds its array).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecordCopy {
+pub(crate) struct RecordCopy {
     /// Its value in `Scratch::values`.
     pub value: usize,
     pub host: usize,
@@ -81,7 +81,7 @@ pub struct RecordCopy {
 
 /// Per-launch working memory, reused by each thread so a launch allocates nothing.
 #[derive(Default)]
-pub struct Scratch {
+pub(crate) struct Scratch {
     pub fingerprint: Vec<u8>,
     pub values: Vec<ArgValue>,
     pub dims: Vec<i64>,
@@ -114,7 +114,7 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.fingerprint.clear();
         self.values.clear();
         self.dims.clear();
@@ -134,7 +134,7 @@ impl Scratch {
 
 /// Where an array's value is in `Scratch::values`, and which argument it came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ValueAt {
+pub(crate) struct ValueAt {
     pub value: usize,
     pub argument: usize,
 }
@@ -186,13 +186,13 @@ thread_local! {
 
 /// Where an argument is, for error messages.
 #[derive(Clone, Copy)]
-pub struct Position<'a> {
+pub(crate) struct Position<'a> {
     pub index: usize,
     pub name: &'a str,
 }
 
 impl Position<'_> {
-    pub fn error(&self, message: impl Into<String>) -> Error {
+    pub(crate) fn error(&self, message: impl Into<String>) -> Error {
         Error::Argument {
             position: self.index,
             name: self.name.to_owned(),
@@ -203,7 +203,11 @@ impl Position<'_> {
 
 /// Reads one argument into `scratch`: its value and its fingerprint bytes.
 #[inline]
-pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+pub(crate) fn read_arg(
+    arg: &Bound<'_, PyAny>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
     // SAFETY: `arg` is a valid object; its type is read without taking a reference.
     let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) };
     // SAFETY: reading the address of static builtin type objects.

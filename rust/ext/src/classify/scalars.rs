@@ -148,7 +148,7 @@ mod num_complex_free {
     use pyo3::types::PyComplex;
 
     /// A Python complex read without the num-complex crate.
-    pub struct Complex {
+    pub(super) struct Complex {
         pub re: f64,
         pub im: f64,
     }
