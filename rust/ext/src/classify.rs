@@ -112,8 +112,6 @@ pub struct Scratch {
     /// Arrays whose pointers the launch asks the driver about (generic CUDA Array
     /// Interface objects, whose pointer may be anything).
     pub unverified_pointers: Vec<ValueAt>,
-    /// A tuple among the arguments: values no longer map one-to-one to arguments.
-    pub has_tuple: bool,
     /// How many tuples the member being read is inside.
     pub tuple_depth: usize,
     /// Records among the arguments, to copy to the device and back around the launch.
@@ -135,7 +133,6 @@ impl Scratch {
         self.needs_numba = false;
         self.claimed_devices.clear();
         self.unverified_pointers.clear();
-        self.has_tuple = false;
         self.tuple_depth = 0;
         self.records.clear();
     }
@@ -181,6 +178,11 @@ enum Strategy {
     Datetime,
     /// NumPy structured scalars (`np.void`, `np.record`): passed as a pointer to a device copy.
     Record,
+    /// Subclasses of `int`, `float` and `complex` (not enums, not NumPy scalars): typed as
+    /// numba types their base, int64 (uint64) / float64 / complex128.
+    IntSubclass,
+    FloatSubclass,
+    ComplexSubclass,
 }
 
 /// Tuples deeper than this go to numba-cuda's path (and no recursion runs away).
@@ -252,8 +254,7 @@ pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch)
     // SAFETY: reading the address of static builtin type objects.
     unsafe {
         if type_ptr == (&raw mut ffi::PyFloat_Type).cast() {
-            let value = ffi::PyFloat_AsDouble(arg.as_ptr());
-            return push_scalar(scratch, Scalar::F64, Value::Float(value));
+            return read_float(arg, scratch);
         }
         if type_ptr == (&raw mut ffi::PyLong_Type).cast() {
             return read_int(arg, at, scratch);
@@ -263,9 +264,7 @@ pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch)
             return push_scalar(scratch, Scalar::Bool, Value::Bool(value));
         }
         if type_ptr == (&raw mut ffi::PyComplex_Type).cast() {
-            let re = ffi::PyComplex_RealAsDouble(arg.as_ptr());
-            let im = ffi::PyComplex_ImagAsDouble(arg.as_ptr());
-            return push_scalar(scratch, Scalar::C128, Value::Complex(re, im));
+            return read_complex(arg, scratch);
         }
     }
     let strategy = strategy_for(arg, at)?;
@@ -292,6 +291,9 @@ pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch)
                     type_name(arg)
                 )));
             }
+            if api.lazy_sign_views {
+                refuse_lazy_sign_view(arg, &tensor, at)?;
+            }
             if let Some(query) = api.current_work_stream {
                 scratch.exchange_stream =
                     Some((query, tensor.device.device_type, tensor.device.device_id));
@@ -304,11 +306,44 @@ pub fn read_arg(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch)
         Strategy::Enum(class) => read_enum(arg, class, at, scratch),
         Strategy::Datetime => read_datetime(arg, at, scratch),
         Strategy::Record => read_record(arg, at, scratch),
+        Strategy::IntSubclass => read_int(arg, at, scratch),
+        Strategy::FloatSubclass => read_float(arg, scratch),
+        Strategy::ComplexSubclass => read_complex(arg, scratch),
         Strategy::Numba => {
             scratch.needs_numba = true;
             Ok(())
         }
     }
+}
+
+/// Refuses a torch tensor whose conjugate or negative bit is set: its memory holds the
+/// values before that lazy conjugation or negation, which a kernel would read silently
+/// (torch's own `__dlpack__` refuses such tensors too). Only complex tensors can carry the
+/// conjugate bit; the negative bit can be on any (`x.conj().imag`).
+fn refuse_lazy_sign_view(
+    arg: &Bound<'_, PyAny>,
+    tensor: &DLTensor,
+    at: Position<'_>,
+) -> Result<()> {
+    let py = arg.py();
+    let is_set = |method: &Bound<'_, pyo3::types::PyString>| -> Result<bool> {
+        Ok(arg
+            .call_method0(method)?
+            .is(pyo3::types::PyBool::new(py, true)))
+    };
+    if tensor.dtype.code == dlpack::KDL_COMPLEX && is_set(intern!(py, "is_conj"))? {
+        return Err(at.error(
+            "tensor has its conjugate bit set (a lazy .conj() view, whose memory holds the \
+             unconjugated values); pass t.resolve_conj() instead",
+        ));
+    }
+    if is_set(intern!(py, "is_neg"))? {
+        return Err(at.error(
+            "tensor has its negative bit set (a lazy negated view, whose memory holds the \
+             values before negation); pass t.resolve_neg() instead",
+        ));
+    }
+    Ok(())
 }
 
 #[inline]
@@ -318,9 +353,31 @@ fn push_scalar(scratch: &mut Scratch, scalar: Scalar, value: Value) -> Result<()
     Ok(())
 }
 
+/// A float (or a subclass of float): numba types it float64.
+#[inline]
+fn read_float(arg: &Bound<'_, PyAny>, scratch: &mut Scratch) -> Result<()> {
+    // SAFETY: `arg` is a float or a subclass of it, whose value is read directly.
+    let value = unsafe { ffi::PyFloat_AsDouble(arg.as_ptr()) };
+    push_scalar(scratch, Scalar::F64, Value::Float(value))
+}
+
+/// A complex (or a subclass of complex): numba types it complex128.
+#[inline]
+fn read_complex(arg: &Bound<'_, PyAny>, scratch: &mut Scratch) -> Result<()> {
+    // SAFETY: `arg` is a complex or a subclass of it, whose parts are read directly.
+    let (re, im) = unsafe {
+        (
+            ffi::PyComplex_RealAsDouble(arg.as_ptr()),
+            ffi::PyComplex_ImagAsDouble(arg.as_ptr()),
+        )
+    };
+    push_scalar(scratch, Scalar::C128, Value::Complex(re, im))
+}
+
+/// An int (or a subclass of int that is not an enum): int64, or uint64 above int64's range.
 fn read_int(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
     let mut overflow = 0;
-    // SAFETY: `arg` is an exact int.
+    // SAFETY: `arg` is an int or a subclass of it (the value is read, never `__index__`).
     let value = unsafe { ffi::PyLong_AsLongLongAndOverflow(arg.as_ptr(), &mut overflow) };
     if overflow == 0 {
         return push_scalar(scratch, Scalar::I64, Value::Int(i128::from(value)));
@@ -407,7 +464,8 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
     {
         return Ok(Strategy::NumbaDeviceArray);
     }
-    if let Some(api) = dlpack::exchange_api(&class) {
+    if let Some(mut api) = dlpack::exchange_api(&class) {
+        api.lazy_sign_views = has_attribute(&class, "is_conj") && has_attribute(&class, "is_neg");
         return Ok(Strategy::Exchange(api));
     }
     let module = arg
@@ -434,6 +492,17 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
     if is_enum && enum_values_are_numbers(&class) {
         if let Some(id) = class_id(&class) {
             return Ok(Strategy::Enum(id));
+        }
+    }
+    if !is_enum {
+        if arg.is_instance_of::<pyo3::types::PyInt>() {
+            return Ok(Strategy::IntSubclass);
+        }
+        if arg.is_instance_of::<pyo3::types::PyFloat>() {
+            return Ok(Strategy::FloatSubclass);
+        }
+        if arg.is_instance_of::<pyo3::types::PyComplex>() {
+            return Ok(Strategy::ComplexSubclass);
         }
     }
     if arg.is_instance_of::<PyTuple>() {
@@ -688,6 +757,12 @@ fn push_staged_array(
         }
     };
     let itemsize = scalar.itemsize() as i64;
+    if nitems > 0 {
+        if let Some(message) = misalignment(data, shape, strides, scalar) {
+            scratch.dims.truncate(dims_at);
+            return Err(at.error(message));
+        }
+    }
     let layout = layout_of(shape, strides, itemsize);
     scratch.fingerprint.extend_from_slice(&[
         ARRAY_TAG,
@@ -703,6 +778,37 @@ fn push_staged_array(
         dims_at,
     }));
     Ok(())
+}
+
+/// Why a non-empty array's elements are not all aligned for its type, if they are not: a
+/// kernel reading one would fault with `CUDA_ERROR_MISALIGNED_ADDRESS`, which leaves the
+/// context unusable. The alignment is numba's for the element (a complex number's is its
+/// parts'), a power of two, so this costs two masks per dimension.
+#[inline]
+fn misalignment(data: u64, shape: &[i64], strides: &[i64], scalar: Scalar) -> Option<String> {
+    let align = if scalar.is_complex() {
+        scalar.itemsize() / 2
+    } else {
+        scalar.itemsize()
+    } as u64;
+    let mask = align - 1;
+    if data & mask != 0 {
+        return Some(format!(
+            "array data pointer {data:#x} is not aligned to {align} bytes, as {} elements \
+             must be",
+            scalar.numpy_name()
+        ));
+    }
+    let stride = shape
+        .iter()
+        .zip(strides)
+        .find(|&(&extent, &stride)| extent > 1 && (stride as u64) & mask != 0)?
+        .1;
+    Some(format!(
+        "array stride of {stride} bytes is not a multiple of {align}, the alignment {} \
+         elements need",
+        scalar.numpy_name()
+    ))
 }
 
 /// numba's layout for an array: 'C' if C-contiguous, else 'F' if Fortran-contiguous,
@@ -806,7 +912,6 @@ fn read_tuple(
         scratch.needs_numba = true;
         return Ok(());
     }
-    scratch.has_tuple = true;
     match class {
         None => scratch.fingerprint.extend_from_slice(&[TUPLE_TAG, count]),
         Some(id) => {

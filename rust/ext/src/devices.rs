@@ -211,6 +211,13 @@ pub fn memory_info() -> PyResult<(usize, usize)> {
     Ok(driver.memory_info().map_err(Error::from)?)
 }
 
+/// Code images this process has loaded and not unloaded (each kernel overload loads one per
+/// compute capability; it is unloaded when its last kernel object goes).
+#[pyfunction]
+pub fn loaded_image_count() -> usize {
+    fastlaunch_driver::loaded_count()
+}
+
 /// The device that owns a device pointer, or `None` if the driver does not know it.
 #[pyfunction]
 pub fn pointer_device(pointer: u64) -> PyResult<Option<usize>> {

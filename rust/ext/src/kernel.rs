@@ -725,13 +725,14 @@ fn launch(
                     launched = launched.and(unstaged);
                 }
                 launched?;
-                if graphs::is_capturing(dims.stream) && !scratch.has_tuple {
+                if graphs::is_capturing(dims.stream) {
                     let packed = PackedArgs::new(plan, scratch, names, args)?;
                     graphs::record(driver, kernel_object, code, dims.stream, packed)?;
                 }
                 Ok(())
             }
             (Target::Python(callable), _) => {
+                graphs::hold_if_capturing(dims.stream, args);
                 callable.call1(py, launch_arguments(py, args, dims, stream))?;
                 Ok(())
             }
@@ -846,6 +847,7 @@ fn launch_with_numba(
     stream: &Py<PyAny>,
     args: &Bound<'_, PyTuple>,
 ) -> Result<()> {
+    graphs::hold_if_capturing(dims.stream, args);
     kernel_object.call_method1(
         intern!(py, "_launch_with_numba"),
         launch_arguments(py, args, dims, stream),
@@ -1001,11 +1003,14 @@ impl PackedParams {
 }
 
 /// Arguments packed once, with what replacing one of them in place needs: each argument's
-/// fingerprint bytes and parameter slots. Bound launches and graph nodes hold one.
+/// fingerprint bytes, its values (several for a tuple) and its parameter slots. Bound
+/// launches and graph nodes hold one.
 pub(crate) struct PackedArgs {
     plan: Plan,
     params: PackedParams,
     arg_fingerprints: Vec<Box<[u8]>>,
+    /// The first of each argument's values in the plan (tuples are flattened).
+    arg_first_value: Vec<usize>,
     arg_slots: Vec<std::ops::Range<usize>>,
     /// The arguments, kept alive while they are packed here.
     args: Vec<Py<PyAny>>,
@@ -1014,18 +1019,12 @@ pub(crate) struct PackedArgs {
 
 impl PackedArgs {
     /// Packs the arguments classified in `scratch` (its `params` are overwritten).
-    /// Tuple arguments are refused: their members are not arguments of their own.
     pub(crate) fn new(
         plan: &Plan,
         scratch: &mut Scratch,
         names: &[String],
         args: &Bound<'_, PyTuple>,
     ) -> Result<PackedArgs> {
-        if scratch.has_tuple {
-            return Err(Error::Type(
-                "bound launches and graph argument updates take no tuple arguments".into(),
-            ));
-        }
         if !scratch.records.is_empty() {
             return Err(Error::Type(
                 "bound launches and graph argument updates take no records (each launch \
@@ -1034,16 +1033,23 @@ impl PackedArgs {
             ));
         }
         scratch.params.clear();
-        let mut arg_slots = Vec::with_capacity(scratch.values.len());
-        for (index, value) in scratch.values.iter().enumerate() {
+        let (arg_fingerprints, value_counts) = split_fingerprint(&scratch.fingerprint);
+        let mut arg_first_value = Vec::with_capacity(value_counts.len());
+        let mut arg_slots = Vec::with_capacity(value_counts.len());
+        let mut values = scratch.values.iter().enumerate();
+        for count in value_counts {
+            arg_first_value.push(values.clone().next().map_or(0, |(index, _)| index));
             let start = scratch.params.len();
-            plan.pack_one(index, value, &scratch.dims, names, &mut scratch.params)?;
+            for (index, value) in values.by_ref().take(count) {
+                plan.pack_one(index, value, &scratch.dims, names, &mut scratch.params)?;
+            }
             arg_slots.push(start..scratch.params.len());
         }
         Ok(PackedArgs {
             plan: plan.clone(),
             params: PackedParams::new(scratch.params.slots()),
-            arg_fingerprints: split_fingerprint(&scratch.fingerprint),
+            arg_fingerprints,
+            arg_first_value,
             arg_slots,
             args: args.iter().map(Bound::unbind).collect(),
             launch_stream: scratch.launch_stream,
@@ -1084,8 +1090,9 @@ impl PackedArgs {
         index: usize,
         value: &Bound<'_, PyAny>,
     ) -> Result<()> {
-        let (Some(expected), Some(slots)) = (
+        let (Some(expected), Some(&first_value), Some(slots)) = (
             self.arg_fingerprints.get(index),
+            self.arg_first_value.get(index),
             self.arg_slots.get(index).cloned(),
         ) else {
             return Err(Error::Index(format!("argument index {index} out of range")));
@@ -1107,13 +1114,15 @@ impl PackedArgs {
         if let Some(ordinal) = ordinal {
             limits::check_devices(driver()?, ordinal, &scratch, names)?;
         }
-        self.plan.pack_one(
-            index,
-            &scratch.values[0],
-            &scratch.dims,
-            names,
-            &mut scratch.params,
-        )?;
+        for (offset, member) in scratch.values.iter().enumerate() {
+            self.plan.pack_one(
+                first_value + offset,
+                member,
+                &scratch.dims,
+                names,
+                &mut scratch.params,
+            )?;
+        }
         self.params.slots[slots].copy_from_slice(scratch.params.slots());
         self.args[index] = value.clone().unbind();
         Ok(())
@@ -1125,6 +1134,8 @@ impl PackedArgs {
 #[pyclass(module = "fastlaunch._core")]
 pub struct BoundLaunch {
     kernel: Py<Kernel>,
+    /// The stream object as given, kept alive so that its handle stays valid.
+    _stream: Py<PyAny>,
     code: Arc<CompiledCode>,
     dims: LaunchDims,
     cluster: Option<[u32; 3]>,
@@ -1133,16 +1144,17 @@ pub struct BoundLaunch {
     packed: PackedArgs,
 }
 
-/// The fingerprint bytes each argument contributed, in order.
-fn split_fingerprint(fingerprint: &[u8]) -> Vec<Box<[u8]>> {
-    let mut parts = Vec::new();
+/// The fingerprint bytes each argument contributed, in order, and how many values each
+/// holds (several for a tuple).
+fn split_fingerprint(fingerprint: &[u8]) -> (Vec<Box<[u8]>>, Vec<usize>) {
+    let (mut parts, mut counts) = (Vec::new(), Vec::new());
     let mut i = 0;
     while i < fingerprint.len() {
         let start = i;
-        crate::classify::skip_argument(fingerprint, &mut i);
+        counts.push(crate::classify::skip_argument(fingerprint, &mut i));
         parts.push(fingerprint[start..i.min(fingerprint.len())].into());
     }
-    parts
+    (parts, counts)
 }
 
 impl Launcher {
@@ -1186,6 +1198,7 @@ impl Launcher {
         )?;
         Ok(BoundLaunch {
             kernel: self.kernel.clone_ref(py),
+            _stream: self.stream.clone_ref(py),
             code: code.clone(),
             dims: self.dims,
             cluster: self.cluster,
@@ -1241,6 +1254,20 @@ impl BoundLaunch {
         Ok(self
             .packed
             .set_arg(names, Some(self.ordinal), index, value)?)
+    }
+
+    /// The parameter slots as the driver reads them (8 bytes each), as `_core.pack` gives
+    /// them: for tests.
+    #[getter]
+    fn packed<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let bytes: Vec<u8> = self
+            .packed
+            .params
+            .slots
+            .iter()
+            .flat_map(|slot| slot.to_ne_bytes())
+            .collect();
+        PyBytes::new(py, &bytes)
     }
 }
 
