@@ -362,8 +362,6 @@ class Kernel(_core.Kernel):
     ) -> Any:
         """numba-cuda's overload for these argument types, compiling when allowed."""
         dispatcher = self._dispatcher
-        if dispatcher.specialized:
-            return next(iter(dispatcher.overloads.values()))
         exact = dispatcher.overloads.get(argtypes)
         if exact is not None:
             return exact
@@ -377,6 +375,10 @@ class Kernel(_core.Kernel):
                 (time.perf_counter() - started) * 1e3,
             )
             return kernel
+        # numba-cuda's rule with compiling disabled (explicit signatures, specialize()): the
+        # signature whose conversions from the argument types rate best (fewest unsafe, then
+        # safe, then promoting ones); ambiguity and no match raise. numba's C dispatcher
+        # applies the same rating to numba's own argument types.
         signature = dispatcher.typingctx.resolve_overload(
             dispatcher.py_func, dispatcher.nopython_signatures, argtypes, {}, allow_ambiguous=False
         )
