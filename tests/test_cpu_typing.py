@@ -644,3 +644,12 @@ def test_misaligned_cai_is_refused(typestr, ptr, strides):
 )
 def test_aligned_or_empty_cai_is_accepted(typestr, ptr, shape, strides):
     assert _core.classify(FakeCAI(shape, typestr, strides=strides, ptr=ptr))[0] == "array"
+
+
+def test_cuda_array_interface_v2_is_accepted_without_a_stream():
+    """A deliberate difference: numba-cuda 0.30.4 refuses v2 objects (``BufferError``);
+    fastlaunch takes them as v3 with no stream (no ordering is added)."""
+    cai = FakeCAI((4,), "<f4")
+    cai.__cuda_array_interface__["version"] = 2
+    cai.__cuda_array_interface__.pop("stream", None)
+    assert _core.classify(cai) == ("array", "float32", 1, "C", False)
