@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import collections
 import enum
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,3 +144,56 @@ def test_a_tuple_holding_an_unpacked_type_goes_to_numba():
 def test_errors_name_the_argument_holding_the_tuple_member():
     with pytest.raises(KernelArgumentError, match=r"^argument 1: cannot pass a float"):
         _core.pack(["int64", "int64", "int64"], (1, (2, 2.5)))
+
+
+BOUND_TUPLES = textwrap.dedent(
+    """
+    import numpy as np
+    from collections import namedtuple
+    import fastlaunch as fl
+    from fastlaunch import _core
+    from fastlaunch.dispatcher import numba_type, plan_entries
+    from arrays import FakeCAI
+
+    def k(out, pair, point, scale):
+        pass
+
+    Point = namedtuple("Point", "x y")
+    kernel = fl.jit(k)
+    a, b, c, d = (FakeCAI((4,), "<f4", ptr=0x1000 * i) for i in range(1, 5))
+    args = (a, (b, 3), Point(1.5, c), 2.0)
+    fingerprint = _core.fingerprint(args)
+    plan = [
+        e
+        for i, desc in enumerate(_core.describe(fingerprint))
+        for e in plan_entries(numba_type(desc), i, "")
+    ]
+    kernel._register(fingerprint, 90, plan, _core.CompiledKernel(b"image", "entry"))
+    stream = fl.stream()
+    bound = kernel[1, 1, stream].bind(*args)
+    assert bound.packed == _core.pack(plan, args)
+    bound()
+    new_pair, new_point = (d, 5), Point(-1.0, a)
+    bound.set_arg(1, new_pair)
+    bound.set_arg(2, new_point)
+    assert bound.packed == _core.pack(plan, (a, new_pair, new_point, 2.0))
+    bound.set_args(b, (c, 9), Point(4.0, d), 0.5)
+    assert bound.packed == _core.pack(plan, (b, (c, 9), Point(4.0, d), 0.5))
+    try:
+        bound.set_arg(1, (d, 5.0))
+    except TypeError as e:
+        print("refused:", e)
+    import sys
+    before = sys.getrefcount(stream)
+    held = kernel[1, 1, stream].bind(*args)
+    print("stream references held by a bound launch:", sys.getrefcount(stream) - before)
+    """
+)
+
+
+def test_bound_launches_take_tuples_and_repack_them(run_on_stand_in):
+    lines = run_on_stand_in(
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n" + BOUND_TUPLES
+    )
+    assert lines[0].startswith("refused:") and "same type" in lines[0]
+    assert lines[1] == "stream references held by a bound launch: 1"

@@ -337,7 +337,7 @@ def test_fingerprint_round_trips_through_describe():
 @pytest.mark.parametrize(
     ("a", "b"),
     [
-        (FakeCAI((3, 4), "<f4", ptr=1), FakeCAI((30, 40), "<f4", ptr=2)),
+        (FakeCAI((3, 4), "<f4", ptr=0x1000), FakeCAI((30, 40), "<f4", ptr=0x2004)),
         (FakeCAI((3,), "<f4", (8,)), FakeCAI((5,), "<f4", (-4,))),
         (1, -(2**63)),
         (1.0, math.nan),
@@ -420,6 +420,16 @@ def array_specs(draw):
     return dtype, shape, strides, readonly, ptr
 
 
+def element_misaligned(dtype, shape, strides, ptr) -> bool:
+    """Whether some element of a non-empty array is not aligned as numba's data model
+    aligns it (a complex number as its parts)."""
+    align = dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+    if math.prod(shape) == 0:
+        return False
+    steps = strides if strides is not None else ()
+    return ptr % align != 0 or any(e > 1 and s % align for e, s in zip(shape, steps, strict=False))
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(array_specs())
 @example((np.dtype("float32"), (4, 1), (4, 16), False, 1))
@@ -429,6 +439,10 @@ def test_property_layout_and_packing(spec):
     dtype, shape, strides, readonly, ptr = spec
     ndim = len(shape)
     cai = FakeCAI(shape, dtype.str, strides, ptr=ptr, readonly=readonly)
+    if element_misaligned(dtype, shape, strides, ptr):
+        with pytest.raises(KernelArgumentError, match="align"):
+            _core.classify(cai)
+        return
     layout = numpy_layout(shape, strides, dtype)
     assert _core.classify(cai) == ("array", dtype.name, ndim, layout, readonly)
 
@@ -555,3 +569,87 @@ def test_non_ascii_typestr_is_an_argument_error(bad):
         pytest.fail(f"{type(e).__name__}: {e}")
     else:
         pytest.fail("accepted")
+
+
+# -- subclasses of int, float and complex: typed as numba-cuda types their base ------------
+
+
+class Meters(float):
+    pass
+
+
+class Count(int):
+    pass
+
+
+class Phase(complex):
+    pass
+
+
+@pytest.mark.parametrize(
+    "value",
+    [Meters(2.5), Count(7), Count(2**63), Count(-(2**63)), Phase(1 - 2j)],
+    ids=repr,
+)
+def test_number_subclasses_type_as_their_base(value):
+    assert numba_type(_core.classify(value)) == numba_typeof(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "plan", "expected"),
+    [
+        (Meters(2.5), ["float64"], struct.pack("<d", 2.5)),
+        (Count(-7), ["int64"], struct.pack("<q", -7)),
+        (Count(2**64 - 1), ["uint64"], struct.pack("<Q", 2**64 - 1)),
+        (Phase(1 - 2j), ["complex128"], struct.pack("<dd", 1.0, -2.0)),
+    ],
+    ids=repr,
+)
+def test_number_subclasses_pack_their_value(value, plan, expected):
+    assert _core.pack(plan, (value,)) == expected
+
+
+def test_number_subclass_too_large_is_an_argument_error():
+    with pytest.raises(KernelArgumentError, match="too large"):
+        _core.classify(Count(2**64))
+
+
+# -- misaligned arrays: refused before a kernel could fault on them ------------------------
+
+
+@pytest.mark.parametrize(
+    ("typestr", "ptr", "strides"),
+    [
+        ("<f4", 0x10001, None),
+        ("<f8", 0x10004, None),
+        ("<i2", 0x10003, None),
+        ("<c8", 0x10002, None),
+        ("<c16", 0x10004, None),
+        ("<f4", 0x10000, (6,)),
+    ],
+)
+def test_misaligned_cai_is_refused(typestr, ptr, strides):
+    with pytest.raises(KernelArgumentError, match="align"):
+        _core.classify(FakeCAI((4,), typestr, strides=strides, ptr=ptr))
+
+
+@pytest.mark.parametrize(
+    ("typestr", "ptr", "shape", "strides"),
+    [
+        ("<c16", 0x10008, (4,), None),  # complex128's parts are 8-byte aligned, as numba's
+        ("|u1", 0x10001, (4,), None),
+        ("<f4", 0x10001, (0,), None),  # empty: nothing is read
+        ("<f4", 0x10000, (1, 4), (6, 4)),  # an extent of 1: its stride is never used
+    ],
+)
+def test_aligned_or_empty_cai_is_accepted(typestr, ptr, shape, strides):
+    assert _core.classify(FakeCAI(shape, typestr, strides=strides, ptr=ptr))[0] == "array"
+
+
+def test_cuda_array_interface_v2_is_accepted_without_a_stream():
+    """A deliberate difference: numba-cuda 0.30.4 refuses v2 objects (``BufferError``);
+    fastlaunch takes them as v3 with no stream (no ordering is added)."""
+    cai = FakeCAI((4,), "<f4")
+    cai.__cuda_array_interface__["version"] = 2
+    cai.__cuda_array_interface__.pop("stream", None)
+    assert _core.classify(cai) == ("array", "float32", 1, "C", False)

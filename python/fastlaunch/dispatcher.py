@@ -363,6 +363,9 @@ class Kernel(_core.Kernel):
         """numba-cuda's overload for these argument types, compiling when allowed."""
         dispatcher = self._dispatcher
         if dispatcher.specialized:
+            # One signature given as a string (or specialize()): numba-cuda launches its one
+            # overload without matching the arguments; fastlaunch does too, and then refuses
+            # arrays that do not fit it (_check_argument) where numba-cuda passes wrong data.
             return next(iter(dispatcher.overloads.values()))
         exact = dispatcher.overloads.get(argtypes)
         if exact is not None:
@@ -377,6 +380,10 @@ class Kernel(_core.Kernel):
                 (time.perf_counter() - started) * 1e3,
             )
             return kernel
+        # numba-cuda's rule with compiling disabled (a list of signatures): the
+        # signature whose conversions from the argument types rate best (fewest unsafe, then
+        # safe, then promoting ones); ambiguity and no match raise. numba's C dispatcher
+        # applies the same rating to numba's own argument types.
         signature = dispatcher.typingctx.resolve_overload(
             dispatcher.py_func, dispatcher.nopython_signatures, argtypes, {}, allow_ambiguous=False
         )

@@ -30,7 +30,7 @@ pub use context::{Context, DeviceSlot, LaunchContext};
 pub use error::{Error, Result};
 pub use graph::{CaptureMode, Graph, GraphNode, KernelNodeParams};
 pub use launch::{Function, LaunchDims, LaunchOptions};
-pub use library::{Kernel, KernelAttribute, Library};
+pub use library::{loaded_count, Kernel, KernelAttribute, Library};
 pub use memory::{DeviceBuffer, PointerLocation, StagedCopy};
 pub use params::ParamBuffer;
 pub use stream::{Event, Stream, LEGACY_STREAM, PER_THREAD_STREAM};

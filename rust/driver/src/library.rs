@@ -3,11 +3,21 @@
 
 use std::ffi::{c_int, CString};
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 use crate::launch::Function;
 use crate::sys::{CUfunction, CUkernel, CUlibrary};
 use crate::Driver;
+
+/// How many [`Library`] values are loaded in this process (tests check that images are
+/// unloaded, whatever else uses the GPU).
+static LOADED: AtomicUsize = AtomicUsize::new(0);
+
+/// The number of code images this process has loaded and not yet unloaded.
+pub fn loaded_count() -> usize {
+    LOADED.load(Ordering::Relaxed)
+}
 
 /// A loaded cubin/fatbin/PTX image; unloaded on drop.
 pub struct Library {
@@ -69,6 +79,7 @@ impl Library {
             )
         };
         driver.check(code, "loading a code image (cuLibraryLoadData)")?;
+        LOADED.fetch_add(1, Ordering::Relaxed);
         Ok(Library { driver, handle })
     }
 
@@ -91,6 +102,7 @@ impl Drop for Library {
         // SAFETY: the handle came from cuLibraryLoadData and is unloaded once.
         // A failure (e.g. at process teardown) leaves nothing to clean up.
         let _ = unsafe { (self.driver.api.library_unload)(self.handle) };
+        LOADED.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

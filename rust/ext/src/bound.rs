@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use fastlaunch_driver::{self as driver, LaunchDims};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyBytes, PyTuple};
 
 use crate::classify::Scratch;
 use crate::code::CompiledCode;
@@ -21,6 +21,8 @@ use crate::packed::PackedArgs;
 #[pyclass(module = "fastlaunch._core")]
 pub struct BoundLaunch {
     kernel: Py<Kernel>,
+    /// The stream object as given, kept alive so that its handle stays valid.
+    _stream: Py<PyAny>,
     code: Arc<CompiledCode>,
     dims: LaunchDims,
     cluster: Option<[u32; 3]>,
@@ -74,6 +76,7 @@ pub(crate) fn bind(
     )?;
     Ok(BoundLaunch {
         kernel: kernel_object.clone().unbind(),
+        _stream: config.stream.clone_ref(py),
         code: code.clone(),
         dims: config.dims,
         cluster: config.cluster,
@@ -122,5 +125,19 @@ impl BoundLaunch {
         let kernel = self.kernel.clone_ref(py);
         let names = kernel.bind(py).get().names();
         self.packed.set_arg(names, Some(self.ordinal), index, value)
+    }
+
+    /// The parameter slots as the driver reads them (8 bytes each), as `_core.pack` gives
+    /// them: for tests.
+    #[getter]
+    fn packed<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let bytes: Vec<u8> = self
+            .packed
+            .params()
+            .slots()
+            .iter()
+            .flat_map(|slot| slot.to_ne_bytes())
+            .collect();
+        PyBytes::new(py, &bytes)
     }
 }

@@ -190,6 +190,13 @@ pub(crate) fn memory_info() -> Result<(usize, usize)> {
     Ok(driver.memory_info()?)
 }
 
+/// Code images this process has loaded and not unloaded (each kernel overload loads one per
+/// compute capability; it is unloaded when its last kernel object goes).
+#[pyfunction]
+pub(crate) fn loaded_image_count() -> usize {
+    fastlaunch_driver::loaded_count()
+}
+
 /// The device that owns a device pointer, or `None` if the driver does not know it.
 #[pyfunction]
 pub(crate) fn pointer_device(pointer: u64) -> Result<Option<usize>> {

@@ -95,6 +95,7 @@ pub(crate) struct DLPackExchangeAPI {
 pub(crate) const KDL_CUDA: i32 = 2;
 pub(crate) const KDL_CUDA_HOST: i32 = 3;
 pub(crate) const KDL_CUDA_MANAGED: i32 = 13;
+pub(crate) const KDL_COMPLEX: u8 = 5;
 
 /// The exchange API's tensor reader, found through a type's
 /// `__dlpack_c_exchange_api__` capsule (major version 1), if it offers one.
@@ -103,6 +104,9 @@ pub(crate) struct ExchangeApi {
     pub from_py_object: DLTensorFromPyObject,
     /// The producer's current stream for a device (torch: `torch.cuda.current_stream`).
     pub current_work_stream: Option<CurrentWorkStream>,
+    /// The producer marks views as conjugated or negated without changing their memory
+    /// (torch's conjugate and negative bits), which a `DLTensor` cannot say.
+    pub lazy_sign_views: bool,
 }
 
 // SAFETY: plain function pointers into a producer library that stays loaded while its
@@ -134,6 +138,7 @@ pub(crate) fn exchange_api(class: &Bound<'_, PyAny>) -> Option<ExchangeApi> {
                 .map(|from_py_object| ExchangeApi {
                     from_py_object,
                     current_work_stream: api.current_work_stream,
+                    lazy_sign_views: false,
                 });
         }
         header = this.prev_api;

@@ -26,6 +26,8 @@ thread_local! {
     static CAPTURE_STREAM: Cell<usize> = const { Cell::new(0) };
     /// The fastlaunch launches captured so far on this thread.
     static RECORDED: RefCell<Vec<Recorded>> = const { RefCell::new(Vec::new()) };
+    /// Arguments of launches captured through numba-cuda's path: the graph holds them.
+    static HELD: RefCell<Vec<Py<PyAny>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// One captured fastlaunch launch: its node and what updating its arguments needs.
@@ -75,6 +77,15 @@ pub(crate) fn record(
     Ok(())
 }
 
+/// Keeps the arguments of a launch on `stream` that fastlaunch did not pack itself (numba-cuda
+/// launched it) alive with the graph being captured there, if any.
+#[cold]
+pub(crate) fn hold_if_capturing(stream: usize, args: &Bound<'_, PyTuple>) {
+    if is_capturing(stream) {
+        HELD.with(|held| held.borrow_mut().push(args.clone().into_any().unbind()));
+    }
+}
+
 fn capture_mode(mode: &str) -> Result<CaptureMode> {
     match mode {
         "global" => Ok(CaptureMode::Global),
@@ -97,6 +108,8 @@ pub struct Graph {
     ordinal: usize,
     graph: Option<Arc<driver::Graph>>,
     launches: Vec<Py<GraphLaunch>>,
+    /// Arguments of captured launches that numba-cuda made (not in `launches`).
+    held: Vec<Py<PyAny>>,
     /// Whether `__enter__` ran and `__exit__` has not.
     capturing: bool,
 }
@@ -123,6 +136,7 @@ impl Graph {
             ordinal: 0,
             graph: None,
             launches: Vec::new(),
+            held: Vec::new(),
             capturing: false,
         })
     }
@@ -143,6 +157,7 @@ impl Graph {
         driver.begin_capture(slf.handle, slf.mode)?;
         CAPTURE_STREAM.with(|s| s.set(slf.handle));
         RECORDED.with(|r| r.borrow_mut().clear());
+        HELD.with(|h| h.borrow_mut().clear());
         slf.context = Some(context.context);
         slf.ordinal = context.ordinal;
         slf.capturing = true;
@@ -164,6 +179,7 @@ impl Graph {
         self.capturing = false;
         CAPTURE_STREAM.with(|s| s.set(0));
         let recorded = RECORDED.with(|r| std::mem::take(&mut *r.borrow_mut()));
+        let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
         let driver = driver()?;
         let ended = driver.end_capture(self.handle);
         if exc_type.is_some_and(|t| !t.is_none()) {
@@ -187,6 +203,7 @@ impl Graph {
                 )
             })
             .collect::<PyResult<_>>()?;
+        self.held = held;
         self.graph = Some(graph);
         Ok(false)
     }

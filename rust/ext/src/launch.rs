@@ -104,6 +104,7 @@ pub(crate) fn launch(
                 launch.run(py, driver, kernel_object, names, args, scratch)
             }
             (Target::Python(callable), _) => {
+                graphs::hold_if_capturing(dims.stream, args);
                 callable.call1(py, launch_arguments(py, args, dims, &config.stream))?;
                 Ok(())
             }
@@ -296,7 +297,7 @@ impl Compiled<'_> {
             launched = launched.and(unstaged);
         }
         launched?;
-        if graphs::is_capturing(stream) && !scratch.has_tuple {
+        if graphs::is_capturing(stream) {
             let packed = PackedArgs::new(self.plan, scratch, names, args)?;
             graphs::record(driver, kernel_object, self.code, stream, packed)?;
         }
@@ -337,6 +338,7 @@ fn launch_with_numba(
     stream: &Py<PyAny>,
     args: &Bound<'_, PyTuple>,
 ) -> Result<()> {
+    graphs::hold_if_capturing(dims.stream, args);
     kernel_object.call_method1(
         intern!(py, "_launch_with_numba"),
         launch_arguments(py, args, dims, stream),

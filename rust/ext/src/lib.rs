@@ -63,6 +63,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(devices::pop_device, m)?)?;
     m.add_function(wrap_pyfunction!(devices::synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(devices::memory_info, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::loaded_image_count, m)?)?;
     m.add_function(wrap_pyfunction!(devices::pointer_device, m)?)?;
     Ok(())
 }

@@ -14,12 +14,15 @@ use crate::limits;
 use crate::plan::Plan;
 
 /// Arguments packed once, with what replacing one of them in place needs: each argument's
-/// fingerprint bytes and parameter slots. Bound launches and graph nodes hold one.
+/// fingerprint bytes, its values (several for a tuple) and its parameter slots. Bound
+/// launches and graph nodes hold one.
 pub(crate) struct PackedArgs {
     plan: Plan,
     /// The packed values, their pointer array prepared.
     params: ParamBuffer,
     arg_fingerprints: Vec<Box<[u8]>>,
+    /// The first of each argument's values in the plan (tuples are flattened).
+    arg_first_value: Vec<usize>,
     arg_slots: Vec<std::ops::Range<usize>>,
     /// The arguments, kept alive while they are packed here.
     args: Vec<Py<PyAny>>,
@@ -28,18 +31,12 @@ pub(crate) struct PackedArgs {
 
 impl PackedArgs {
     /// Packs the arguments classified in `scratch` (its `params` are overwritten).
-    /// Tuple arguments are refused: their members are not arguments of their own.
     pub(crate) fn new(
         plan: &Plan,
         scratch: &mut Scratch,
         names: &[String],
         args: &Bound<'_, PyTuple>,
     ) -> Result<PackedArgs> {
-        if scratch.has_tuple {
-            return Err(Error::Type(
-                "bound launches and graph argument updates take no tuple arguments".into(),
-            ));
-        }
         if !scratch.records.is_empty() {
             return Err(Error::Type(
                 "bound launches and graph argument updates take no records (each launch \
@@ -48,10 +45,16 @@ impl PackedArgs {
             ));
         }
         scratch.params.clear();
-        let mut arg_slots = Vec::with_capacity(scratch.values.len());
-        for (index, value) in scratch.values.iter().enumerate() {
+        let (arg_fingerprints, value_counts) = split_arguments(&scratch.fingerprint);
+        let mut arg_first_value = Vec::with_capacity(value_counts.len());
+        let mut arg_slots = Vec::with_capacity(value_counts.len());
+        let mut values = scratch.values.iter().enumerate();
+        for count in value_counts {
+            arg_first_value.push(values.clone().next().map_or(0, |(index, _)| index));
             let start = scratch.params.len();
-            plan.pack_one(index, value, &scratch.dims, names, &mut scratch.params)?;
+            for (index, value) in values.by_ref().take(count) {
+                plan.pack_one(index, value, &scratch.dims, names, &mut scratch.params)?;
+            }
             arg_slots.push(start..scratch.params.len());
         }
         let mut params = ParamBuffer::with_capacity(scratch.params.len());
@@ -60,7 +63,8 @@ impl PackedArgs {
         Ok(PackedArgs {
             plan: plan.clone(),
             params,
-            arg_fingerprints: split_arguments(&scratch.fingerprint),
+            arg_fingerprints,
+            arg_first_value,
             arg_slots,
             args: args.iter().map(Bound::unbind).collect(),
             launch_stream: scratch.launch_stream,
@@ -101,8 +105,9 @@ impl PackedArgs {
         index: usize,
         value: &Bound<'_, PyAny>,
     ) -> Result<()> {
-        let (Some(expected), Some(slots)) = (
+        let (Some(expected), Some(&first_value), Some(slots)) = (
             self.arg_fingerprints.get(index),
+            self.arg_first_value.get(index),
             self.arg_slots.get(index).cloned(),
         ) else {
             return Err(Error::Index(format!("argument index {index} out of range")));
@@ -124,13 +129,15 @@ impl PackedArgs {
         if let Some(ordinal) = ordinal {
             limits::check_devices(driver()?, ordinal, &scratch, names)?;
         }
-        self.plan.pack_one(
-            index,
-            &scratch.values[0],
-            &scratch.dims,
-            names,
-            &mut scratch.params,
-        )?;
+        for (offset, member) in scratch.values.iter().enumerate() {
+            self.plan.pack_one(
+                first_value + offset,
+                member,
+                &scratch.dims,
+                names,
+                &mut scratch.params,
+            )?;
+        }
         self.params.slots_mut()[slots].copy_from_slice(scratch.params.slots());
         self.args[index] = value.clone().unbind();
         Ok(())

@@ -12,19 +12,18 @@ use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
 use super::{fingerprint, has_attribute, read_arg, Position, Scratch, Strategy};
 use crate::errors::Result;
 
-/// How `arg` is read if it is a tuple, a named tuple or a member of an enum whose values
-/// are all numbers (`is_enum`: it is an `Enum` member).
-pub(super) fn strategy(
-    arg: &Bound<'_, PyAny>,
-    class: &Bound<'_, PyAny>,
-    is_enum: bool,
-) -> Option<Strategy> {
-    let py = arg.py();
+/// How members of an enum class whose values are all numbers are read (`is_enum`: `arg`
+/// is an `Enum` member).
+pub(super) fn enum_strategy(class: &Bound<'_, PyAny>, is_enum: bool) -> Option<Strategy> {
     if is_enum && enum_values_are_numbers(class) {
-        if let Some(id) = class_id(class) {
-            return Some(Strategy::Enum(id));
-        }
+        return class_id(class).map(Strategy::Enum);
     }
+    None
+}
+
+/// How `arg` is read if it is a tuple or a named tuple.
+pub(super) fn tuple_strategy(arg: &Bound<'_, PyAny>, class: &Bound<'_, PyAny>) -> Option<Strategy> {
+    let py = arg.py();
     if arg.is_instance_of::<PyTuple>() {
         if arg.get_type().is(py.get_type::<PyTuple>()) {
             return Some(Strategy::Tuple(None));
@@ -111,7 +110,6 @@ pub(super) fn read_tuple(
         scratch.needs_numba = true;
         return Ok(());
     }
-    scratch.has_tuple = true;
     fingerprint::push_tuple(&mut scratch.fingerprint, class, count);
     scratch.tuple_depth += 1;
     let members = tuple

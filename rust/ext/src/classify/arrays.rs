@@ -63,17 +63,19 @@ pub(super) struct StagedDims {
     nitems: i64,
 }
 
-/// Appends one array's shape then byte strides to `dims` with `append` (which sees `dims`
-/// as it was), and checks them. On any error what was appended is dropped, so a refused
-/// argument leaves nothing behind: every array source stages its dims through here.
+/// Appends the shape then byte strides of an array of `scalar` elements at `data` to `dims`
+/// with `append` (which sees `dims` as it was), and checks them. On any error what was
+/// appended is dropped, so a refused argument leaves nothing behind: every array source
+/// stages its dims through here.
 #[inline]
 pub(super) fn stage_dims(
     dims: &mut Vec<i64>,
     at: Position<'_>,
+    (data, scalar): (u64, Scalar),
     append: impl FnOnce(&mut Vec<i64>) -> Result<()>,
 ) -> Result<StagedDims> {
     let start = dims.len();
-    let checked = append(dims).and_then(|()| check_dims(&dims[start..], at));
+    let checked = append(dims).and_then(|()| check_dims(&dims[start..], at, data, scalar));
     match checked {
         Ok((ndim, nitems)) => Ok(StagedDims {
             at: start,
@@ -87,9 +89,10 @@ pub(super) fn stage_dims(
     }
 }
 
-/// The dimension count and element count of staged shape-then-strides values.
+/// The dimension count and element count of staged shape-then-strides values, whose
+/// elements must all be aligned.
 #[inline]
-fn check_dims(staged: &[i64], at: Position<'_>) -> Result<(usize, i64)> {
+fn check_dims(staged: &[i64], at: Position<'_>, data: u64, scalar: Scalar) -> Result<(usize, i64)> {
     let ndim = staged.len() / 2;
     if ndim > MAX_NDIM {
         return Err(at.error(format!(
@@ -104,7 +107,44 @@ fn check_dims(staged: &[i64], at: Position<'_>) -> Result<(usize, i64)> {
             .checked_mul(extent)
             .ok_or_else(|| at.error("array shape overflows 64 bits"))
     })?;
+    if nitems > 0 {
+        let (shape, strides) = staged[..2 * ndim].split_at(ndim);
+        if let Some(message) = misalignment(data, shape, strides, scalar) {
+            return Err(at.error(message));
+        }
+    }
     Ok((ndim, nitems))
+}
+
+/// Why a non-empty array's elements are not all aligned for its type, if they are not: a
+/// kernel reading one would fault with `CUDA_ERROR_MISALIGNED_ADDRESS`, which leaves the
+/// context unusable. The alignment is numba's for the element (a complex number's is its
+/// parts'), a power of two, so this costs two masks per dimension.
+#[inline]
+fn misalignment(data: u64, shape: &[i64], strides: &[i64], scalar: Scalar) -> Option<String> {
+    let align = if scalar.is_complex() {
+        scalar.itemsize() / 2
+    } else {
+        scalar.itemsize()
+    } as u64;
+    let mask = align - 1;
+    if data & mask != 0 {
+        return Some(format!(
+            "array data pointer {data:#x} is not aligned to {align} bytes, as {} elements \
+             must be",
+            scalar.numpy_name()
+        ));
+    }
+    let stride = shape
+        .iter()
+        .zip(strides)
+        .find(|&(&extent, &stride)| extent > 1 && (stride as u64) & mask != 0)?
+        .1;
+    Some(format!(
+        "array stride of {stride} bytes is not a multiple of {align}, the alignment {} \
+         elements need",
+        scalar.numpy_name()
+    ))
 }
 
 /// Records an array whose dims were staged: computes its layout, pushes value and
@@ -141,7 +181,7 @@ pub(super) fn push_array(
     strides: Option<impl ExactSizeIterator<Item = i64>>,
     readonly: bool,
 ) -> Result<()> {
-    let staged = stage_dims(&mut scratch.dims, at, |dims| {
+    let staged = stage_dims(&mut scratch.dims, at, (data, scalar), |dims| {
         let (start, ndim) = (dims.len(), shape.len());
         dims.extend(shape);
         match strides {
@@ -173,7 +213,7 @@ pub(super) fn push_from_tuples(
     shape: &Bound<'_, PyAny>,
     strides: &Bound<'_, PyAny>,
 ) -> Result<()> {
-    let staged = stage_dims(&mut scratch.dims, at, |dims| {
+    let staged = stage_dims(&mut scratch.dims, at, (data, scalar), |dims| {
         let ndim = extend_from_int_tuple(dims, shape, "shape", at)?;
         let nstrides = extend_from_int_tuple(dims, strides, "strides", at)?;
         if nstrides == ndim {

@@ -103,7 +103,7 @@ pub(super) fn read_view(
     let strides = core_attribute(arg, intern!(py, "strides"), at)?;
     claim_core_device(arg, at, scratch);
     let itemsize = scalar.itemsize() as i64;
-    let staged = stage_dims(&mut scratch.dims, at, |dims| {
+    let staged = stage_dims(&mut scratch.dims, at, (data, scalar), |dims| {
         stage_view_dims(dims, &shape, &strides, itemsize, at)
     })?;
     push_staged(scratch, data, scalar, staged, readonly);

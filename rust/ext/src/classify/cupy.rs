@@ -38,7 +38,7 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
         .getattr(intern!(py, "_c_contiguous"))
         .is_ok_and(|flag| flag.is(&*PyBool::new(py, true)));
     if c_contiguous {
-        let staged = stage_dims(&mut scratch.dims, at, |dims| {
+        let staged = stage_dims(&mut scratch.dims, at, (data, scalar), |dims| {
             let start = dims.len();
             cupy_shape(arg, at, dims)?;
             append_c_strides(dims, start, scalar.itemsize() as i64);

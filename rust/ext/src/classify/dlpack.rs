@@ -4,7 +4,7 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict, PyString};
 
 use super::arrays::push_array;
 use super::{type_name, Position, Scratch, ValueAt};
@@ -31,10 +31,41 @@ pub(super) fn read_exchange(
             type_name(arg)
         )));
     }
+    if api.lazy_sign_views {
+        refuse_lazy_sign_view(arg, &tensor, at)?;
+    }
     if let Some(query) = api.current_work_stream {
         scratch.exchange_stream = Some((query, tensor.device.device_type, tensor.device.device_id));
     }
     push_dltensor(arg, &tensor, at, scratch)
+}
+
+/// Refuses a torch tensor whose conjugate or negative bit is set: its memory holds the
+/// values before that lazy conjugation or negation, which a kernel would read silently
+/// (torch's own `__dlpack__` refuses such tensors too). Only complex tensors can carry the
+/// conjugate bit; the negative bit can be on any (`x.conj().imag`).
+fn refuse_lazy_sign_view(
+    arg: &Bound<'_, PyAny>,
+    tensor: &DLTensor,
+    at: Position<'_>,
+) -> Result<()> {
+    let py = arg.py();
+    let is_set = |method: &Bound<'_, PyString>| -> Result<bool> {
+        Ok(arg.call_method0(method)?.is(PyBool::new(py, true)))
+    };
+    if tensor.dtype.code == ffi_dlpack::KDL_COMPLEX && is_set(intern!(py, "is_conj"))? {
+        return Err(at.error(
+            "tensor has its conjugate bit set (a lazy .conj() view, whose memory holds the \
+             unconjugated values); pass t.resolve_conj() instead",
+        ));
+    }
+    if is_set(intern!(py, "is_neg"))? {
+        return Err(at.error(
+            "tensor has its negative bit set (a lazy negated view, whose memory holds the \
+             values before negation); pass t.resolve_neg() instead",
+        ));
+    }
+    Ok(())
 }
 
 /// Pushes the array a DLPack tensor describes.

@@ -218,16 +218,17 @@ pub(crate) fn argument_of_value(fingerprint: &[u8], value: usize) -> usize {
     argument
 }
 
-/// The fingerprint bytes each argument contributed, in order.
-pub(crate) fn split_arguments(fingerprint: &[u8]) -> Vec<Box<[u8]>> {
+/// The fingerprint bytes each argument contributed, in order, and how many values each
+/// holds (several for a tuple).
+pub(crate) fn split_arguments(fingerprint: &[u8]) -> (Vec<Box<[u8]>>, Vec<usize>) {
     let mut walker = Walker::new(fingerprint);
-    let mut parts = Vec::new();
+    let (mut parts, mut counts) = (Vec::new(), Vec::new());
     while !walker.is_done() {
         let start = walker.position();
-        let _ = walker.skip_argument();
+        counts.push(walker.skip_argument().unwrap_or(0));
         parts.push(fingerprint[start..walker.position().min(fingerprint.len())].into());
     }
-    parts
+    (parts, counts)
 }
 
 // ---- The describer --------------------------------------------------------------------
@@ -348,7 +349,7 @@ mod tests {
                 Item::Record(258),
             ]
         );
-        assert_eq!(split_arguments(&bytes).len(), 4);
+        assert_eq!(split_arguments(&bytes).1, [1, 2, 1, 1]);
         assert_eq!(argument_of_value(&bytes, 0), 0);
         assert_eq!(argument_of_value(&bytes, 2), 1);
         assert_eq!(argument_of_value(&bytes, 3), 2);

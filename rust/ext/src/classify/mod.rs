@@ -103,8 +103,6 @@ pub(crate) struct Scratch {
     /// Arrays whose pointers the launch asks the driver about (generic CUDA Array
     /// Interface objects, whose pointer may be anything).
     pub unverified_pointers: Vec<ValueAt>,
-    /// A tuple among the arguments: values no longer map one-to-one to arguments.
-    pub has_tuple: bool,
     /// How many tuples the member being read is inside.
     pub tuple_depth: usize,
     /// Records among the arguments, to copy to the device and back around the launch.
@@ -126,7 +124,6 @@ impl Scratch {
         self.needs_numba = false;
         self.claimed_devices.clear();
         self.unverified_pointers.clear();
-        self.has_tuple = false;
         self.tuple_depth = 0;
         self.records.clear();
     }
@@ -172,6 +169,11 @@ enum Strategy {
     Datetime,
     /// NumPy structured scalars (`np.void`, `np.record`): passed as a pointer to a device copy.
     Record,
+    /// Subclasses of `int`, `float` and `complex` (not enums, not NumPy scalars): typed as
+    /// numba types their base, int64 (uint64) / float64 / complex128.
+    IntSubclass,
+    FloatSubclass,
+    ComplexSubclass,
 }
 
 struct CachedType {
@@ -213,8 +215,7 @@ pub(crate) fn read_arg(
     // SAFETY: reading the address of static builtin type objects.
     unsafe {
         if type_ptr == (&raw mut ffi::PyFloat_Type).cast() {
-            let value = ffi::PyFloat_AsDouble(arg.as_ptr());
-            return scalars::push(scratch, Scalar::F64, Value::Float(value));
+            return scalars::read_float(arg, scratch);
         }
         if type_ptr == (&raw mut ffi::PyLong_Type).cast() {
             return scalars::read_int(arg, at, scratch);
@@ -224,9 +225,7 @@ pub(crate) fn read_arg(
             return scalars::push(scratch, Scalar::Bool, Value::Bool(value));
         }
         if type_ptr == (&raw mut ffi::PyComplex_Type).cast() {
-            let re = ffi::PyComplex_RealAsDouble(arg.as_ptr());
-            let im = ffi::PyComplex_ImagAsDouble(arg.as_ptr());
-            return scalars::push(scratch, Scalar::C128, Value::Complex(re, im));
+            return scalars::read_complex(arg, scratch);
         }
     }
     let strategy = strategy_for(arg, at)?;
@@ -243,6 +242,9 @@ pub(crate) fn read_arg(
         Strategy::Enum(class) => aggregates::read_enum(arg, class, at, scratch),
         Strategy::Datetime => scalars::read_datetime(arg, at, scratch),
         Strategy::Record => records::read(arg, at, scratch),
+        Strategy::IntSubclass => scalars::read_int(arg, at, scratch),
+        Strategy::FloatSubclass => scalars::read_float(arg, scratch),
+        Strategy::ComplexSubclass => scalars::read_complex(arg, scratch),
         Strategy::Numba => {
             scratch.needs_numba = true;
             Ok(())
@@ -310,7 +312,8 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
     if numba::is_device_array(arg, &class) {
         return Ok(Strategy::NumbaDeviceArray);
     }
-    if let Some(api) = crate::dlpack::exchange_api(&class) {
+    if let Some(mut api) = crate::dlpack::exchange_api(&class) {
+        api.lazy_sign_views = has_attribute(&class, "is_conj") && has_attribute(&class, "is_neg");
         return Ok(Strategy::Exchange(api));
     }
     let module = arg
@@ -331,7 +334,15 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
         .and_then(|e| e.getattr("Enum"))
         .and_then(|enum_class| arg.is_instance(&enum_class))
         .unwrap_or(false);
-    if let Some(strategy) = aggregates::strategy(arg, &class, is_enum) {
+    if let Some(strategy) = aggregates::enum_strategy(&class, is_enum) {
+        return Ok(strategy);
+    }
+    if !is_enum {
+        if let Some(strategy) = scalars::subclass_strategy(arg) {
+            return Ok(strategy);
+        }
+    }
+    if let Some(strategy) = aggregates::tuple_strategy(arg, &class) {
         return Ok(strategy);
     }
     let is_device_record =

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::{PyComplex, PyFloat, PyInt};
 
 use super::arrays::{dtype_scalar, numba_only_dtype};
 use super::{fingerprint, ArgValue, Position, Scratch, Strategy};
@@ -21,14 +22,48 @@ pub(super) fn push(scratch: &mut Scratch, scalar: Scalar, value: Value) -> Resul
     Ok(())
 }
 
-/// An exact `int`: int64, or uint64 above int64's range.
+/// How a subclass of `int`, `float` or `complex` (not an enum) is read: as its base.
+pub(super) fn subclass_strategy(arg: &Bound<'_, PyAny>) -> Option<Strategy> {
+    if arg.is_instance_of::<PyInt>() {
+        Some(Strategy::IntSubclass)
+    } else if arg.is_instance_of::<PyFloat>() {
+        Some(Strategy::FloatSubclass)
+    } else if arg.is_instance_of::<PyComplex>() {
+        Some(Strategy::ComplexSubclass)
+    } else {
+        None
+    }
+}
+
+/// A float (or a subclass of float): numba types it float64.
+#[inline]
+pub(super) fn read_float(arg: &Bound<'_, PyAny>, scratch: &mut Scratch) -> Result<()> {
+    // SAFETY: `arg` is a float or a subclass of it, whose value is read directly.
+    let value = unsafe { ffi::PyFloat_AsDouble(arg.as_ptr()) };
+    push(scratch, Scalar::F64, Value::Float(value))
+}
+
+/// A complex (or a subclass of complex): numba types it complex128.
+#[inline]
+pub(super) fn read_complex(arg: &Bound<'_, PyAny>, scratch: &mut Scratch) -> Result<()> {
+    // SAFETY: `arg` is a complex or a subclass of it, whose parts are read directly.
+    let (re, im) = unsafe {
+        (
+            ffi::PyComplex_RealAsDouble(arg.as_ptr()),
+            ffi::PyComplex_ImagAsDouble(arg.as_ptr()),
+        )
+    };
+    push(scratch, Scalar::C128, Value::Complex(re, im))
+}
+
+/// An int (or a subclass of int that is not an enum): int64, or uint64 above int64's range.
 pub(super) fn read_int(
     arg: &Bound<'_, PyAny>,
     at: Position<'_>,
     scratch: &mut Scratch,
 ) -> Result<()> {
     let mut overflow = 0;
-    // SAFETY: `arg` is an exact int.
+    // SAFETY: `arg` is an int or a subclass of it (the value is read, never `__index__`).
     let value = unsafe { ffi::PyLong_AsLongLongAndOverflow(arg.as_ptr(), &mut overflow) };
     if overflow == 0 {
         return push(scratch, Scalar::I64, Value::Int(i128::from(value)));
