@@ -1,7 +1,7 @@
 """Type stubs for fastlaunch's Rust extension (``rust/ext``)."""
 
 from collections.abc import Callable
-from typing import Any, final
+from typing import Any, Protocol, final
 
 from typing_extensions import disjoint_base
 
@@ -65,6 +65,35 @@ class CompiledKernel:
     def max_active_blocks_per_multiprocessor(
         self, block_size: int, dynamic_shared_bytes: int
     ) -> int: ...
+
+class _KernelHooks(Protocol):
+    """The methods the Rust launch path calls by name on a ``Kernel`` subclass instance
+    (``fastlaunch.Kernel`` in ``dispatcher.py`` defines them). Not at run time: a contract
+    for type checkers."""
+
+    def _on_miss(
+        self,
+        args: tuple[Any, ...],
+        fingerprint: bytes,
+        descriptors: list[tuple[Any, ...]],
+        compute_capability: int,
+        configuration: tuple[tuple[int, int, int], tuple[int, int, int], Any, int],
+    ) -> None:
+        """No overload matches: type ``descriptors`` (the decoded ``fingerprint``) with
+        numba, compile, and ``_register`` an overload for ``fingerprint``."""
+    def _launch_with_numba(
+        self,
+        args: tuple[Any, ...],
+        griddim: tuple[int, int, int],
+        blockdim: tuple[int, int, int],
+        stream: Any,
+        sharedmem: int,
+    ) -> None:
+        """Launch through numba-cuda's own path (arguments fastlaunch does not pack)."""
+    def _warn_low_occupancy(self, grid_size: int) -> None:
+        """numba-cuda's low-occupancy warning, asked once per kernel."""
+    def _current_launch_args(self) -> tuple[Any, ...] | None:
+        """The arguments of the launch compiling on this thread (``Launcher.args``)."""
 
 @disjoint_base
 class Kernel:
@@ -200,6 +229,7 @@ def driver_version() -> tuple[int, int]: ...
 def device_count() -> int: ...
 def device_index(ordinal: int) -> int:
     """The device index `ordinal` names (negative counts from the end); IndexError if none."""
+
 def device_name(ordinal: int) -> str: ...
 def device_uuid(ordinal: int) -> str: ...
 def device_pci_bus_id(ordinal: int) -> str: ...

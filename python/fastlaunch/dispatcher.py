@@ -16,7 +16,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastlaunch import _core
 from fastlaunch.errors import KernelArgumentError
@@ -258,10 +258,13 @@ class Kernel(_core.Kernel):
         self,
         args: tuple,
         fingerprint: bytes,
+        descriptors: list[tuple],
         compute_capability: int,
         configuration: tuple[tuple, tuple, Any, int],
     ) -> None:
-        descriptors = _core.describe(fingerprint)
+        """Called by the Rust launch path when no overload matches ``fingerprint``:
+        ``descriptors`` are the arguments' types as Rust read them (see ``_core.describe``).
+        Types them with numba, compiles, and registers the overload."""
         argtypes = tuple(numba_type(d) for d in descriptors)
         # Not under the compile lock: numba-cuda's compiler lock serialises compiles, and
         # code run during a compile (launch-config-sensitive typing) may wait on another
@@ -538,3 +541,8 @@ def _wrap(made: Any, dispatcher_class: type) -> Any:
 
 
 __all__ = ["Kernel", "jit", "numba_type", "plan_entry"]
+
+
+if TYPE_CHECKING:
+    # The Rust launch path calls these methods by name: Kernel must provide them.
+    _hooks: type[_core._KernelHooks] = Kernel

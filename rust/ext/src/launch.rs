@@ -13,6 +13,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
+use crate::classify::fingerprint::describe;
 use crate::classify::{read_arg, Position, Scratch};
 use crate::code::CompiledCode;
 use crate::devices::{compute_capability_code, driver};
@@ -166,7 +167,8 @@ pub(crate) fn resolve(
     )
 }
 
-/// A miss: Python's `_on_miss` types the arguments, compiles and registers an overload.
+/// A miss: Python's `_on_miss` gets the arguments' descriptors (the fingerprint decoded
+/// once, here), types them with numba, compiles and registers an overload.
 #[cold]
 fn miss(
     py: Python<'_>,
@@ -179,12 +181,14 @@ fn miss(
     let kernel = kernel_object.get();
     kernel.misses.fetch_add(1, Ordering::Relaxed);
     let fingerprint = PyBytes::new(py, &scratch.fingerprint);
+    let descriptors = describe(py, &scratch.fingerprint)?;
     let (_, griddim, blockdim, stream, sharedmem) = launch_arguments(py, args, dims, stream);
     kernel_object.call_method1(
         intern!(py, "_on_miss"),
         (
             args,
             fingerprint,
+            descriptors,
             compute_capability,
             (griddim, blockdim, stream, sharedmem),
         ),
