@@ -1,6 +1,6 @@
 """fastlaunch's host-side launch path, timed without a GPU against a stand-in driver.
 
-Builds ``benchmarks/fake_driver/fake_cuda.c`` (every call succeeds and does nothing), points
+Builds ``tests/stand_in_driver/fake_cuda.c`` (every call succeeds and does nothing), points
 fastlaunch at it, registers overloads by hand (numba-cuda cannot compile without a GPU) and
 times full launches against pre-bound ones, for the argument kinds that exist on the CPU:
 numba device arrays, generic CUDA Array Interface objects, Python and NumPy scalars. The
@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def fake_driver() -> str:
-    source = Path(__file__).parent / "fake_driver" / "fake_cuda.c"
+    source = Path(__file__).parent.parent / "tests" / "stand_in_driver" / "fake_cuda.c"
     library = Path(tempfile.gettempdir()) / "fastlaunch-fake-libcuda.so"
     subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     return str(library)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-STAND_IN_SOURCE = Path(__file__).parent.parent / "benchmarks" / "fake_driver" / "fake_cuda.c"
+STAND_IN_SOURCE = Path(__file__).parent / "stand_in_driver" / "fake_cuda.c"
 
 
 @pytest.fixture(scope="session")
 def stand_in_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``benchmarks/fake_driver`` built as a ``libcuda.so.1`` (every call succeeds and does
+    """``tests/stand_in_driver`` built as a ``libcuda.so.1`` (every call succeeds and does
     nothing): point ``FASTLAUNCH_CUDA_DRIVER`` at it in a child process."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:

@@ -406,7 +406,7 @@ LAUNCH = textwrap.dedent(
 
 
 def test_launches_take_the_fast_path_and_check_devices(run_on_stand_in):
-    """Against the stand-in driver (benchmarks/fake_driver, one device): views and buffers are
+    """Against the stand-in driver (tests/stand_in_driver, one device): views and buffers are
     packed by fastlaunch, and one that names device 1 is refused by the device check."""
     lines = run_on_stand_in(LAUNCH.format(tests=str(Path(__file__).parent)))
     assert lines[0] == "launched"

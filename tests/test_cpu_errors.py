@@ -643,19 +643,6 @@ def test_signature_forms_return_a_decorator(signatures):
     assert not isinstance(decorator, (fastlaunch.Kernel, CUDADispatcher))
 
 
-@pytest.mark.gpu  # numba-cuda compiles eagerly for the current device's compute capability
-@pytest.mark.parametrize(
-    "signatures",
-    ["void(float32[::1])", ["void(float32[::1])"], ["void(float32[::1])", "void(float64[::1])"]],
-    ids=repr,
-)
-def test_eager_compilation(signatures):
-    k = fastlaunch.jit(signatures)(body)
-    assert type(k) is fastlaunch.Kernel
-    expected = [signatures] if isinstance(signatures, str) else signatures
-    assert len(k.overloads) == len(k.signatures) == len(expected)
-
-
 def test_device_functions_are_numbas_own():
     for made in (fastlaunch.jit(device=True)(body), fastlaunch.jit(body, device=True)):
         assert isinstance(made, CUDADispatcher)
@@ -749,7 +736,7 @@ def test_info_command_reports_without_a_gpu():
 
 
 def test_info_command_reports_devices(stand_in_driver):
-    """Against the stand-in driver (benchmarks/fake_driver): the device part of the report."""
+    """Against the stand-in driver (tests/stand_in_driver): the device part of the report."""
     out = run_info(FASTLAUNCH_CUDA_DRIVER=str(stand_in_driver))
     if "CUDA              unavailable: " in out:
         reason = out.split("CUDA              unavailable: ", 1)[1].splitlines()[0]

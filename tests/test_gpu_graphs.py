@@ -233,19 +233,3 @@ def test_cluster_errors():
         record_cluster.configure(32, 32, cluster=32)(ranks, ranks)
     with pytest.raises(ValueError, match="cluster"):
         record_cluster.configure(8, 32, cluster=(0,))
-
-
-# -------------------------------------------------------------- pre-bound launches
-
-
-def test_bound_launch_with_every_source():
-    torch = pytest.importorskip("torch")
-    out = torch.zeros(256, device="cuda")
-    a = torch.arange(256, dtype=torch.float32, device="cuda")
-    bound = scale_into[2, 128].bind(out, a, np.float32(3))
-    misses = scale_into.miss_count
-    for _ in range(10):
-        bound()
-    torch.cuda.synchronize()
-    assert torch.equal(out, a * 3)
-    assert scale_into.miss_count == misses

@@ -327,29 +327,3 @@ def test_math_inside_kernels():
     sines[1, 128](out, cuda.to_device(x))
     fl.synchronize()
     np.testing.assert_allclose(to_host(out), np.sin(x))
-
-
-def test_bound_launches_pack_once_and_replace_arguments_in_place():
-    a = cuda.to_device(np.arange(64, dtype=np.float32))
-    b = cuda.to_device(np.ones(64, np.float32))
-    out = cuda.to_device(np.zeros(64, np.float32))
-    launch = axpy[1, 64].bind(out, 2.0, a, b)
-    misses = axpy.miss_count
-    launch()
-    fl.synchronize()
-    np.testing.assert_array_equal(to_host(out), 2 * np.arange(64) + 1)
-    launch.set_arg(1, 3.0)
-    launch.set_arg(3, a)
-    launch()
-    fl.synchronize()
-    np.testing.assert_array_equal(to_host(out), 4 * np.arange(64))
-    other = cuda.to_device(np.zeros(64, np.float32))
-    launch.set_args(other, 1.0, b, b)
-    launch()
-    fl.synchronize()
-    np.testing.assert_array_equal(to_host(other), np.full(64, 2.0))
-    assert axpy.miss_count == misses
-    with pytest.raises(fl.KernelArgumentError, match="same type"):
-        launch.set_arg(0, cuda.to_device(np.zeros(64, np.float64)))
-    with pytest.raises(IndexError):
-        launch.set_arg(9, 1.0)

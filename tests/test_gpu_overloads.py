@@ -106,3 +106,20 @@ def test_overload_choice_matches_numba(name, func, sigs, make_arg, difference):
         assert ours == ("stored", 1.0)
     else:
         assert ours == theirs
+
+
+def _body(a):
+    pass
+
+
+# numba-cuda compiles eagerly for the current device's compute capability.
+@pytest.mark.parametrize(
+    "signatures",
+    ["void(float32[::1])", ["void(float32[::1])"], ["void(float32[::1])", "void(float64[::1])"]],
+    ids=repr,
+)
+def test_eager_compilation(signatures):
+    k = fl.jit(signatures)(_body)
+    assert type(k) is fl.Kernel
+    expected = [signatures] if isinstance(signatures, str) else signatures
+    assert len(k.overloads) == len(k.signatures) == len(expected)

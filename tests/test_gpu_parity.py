@@ -1,7 +1,9 @@
-"""Argument kinds fastlaunch hands to numba-cuda's own launch path, on the GPU: host arrays
-(copied in and back, with numba's warning), cuda.In/Out/InOut, non-contiguous host arrays
-(which numba-cuda itself refuses), records, tuples, enums, datetimes; and kernels with
-extensions."""
+"""Parity with numba-cuda on the GPU for the argument kinds beyond device arrays and
+scalars. numba-cuda's own launch path takes host arrays (copied in and back, with numba's
+warning), cuda.In/Out/InOut, non-contiguous host arrays (which numba-cuda itself refuses),
+datetime arrays and kernels with extensions. Records, tuples, named tuples, enum members
+and datetime scalars are packed by fastlaunch itself (no numba-path launch); they are
+checked here against what numba-cuda computes."""
 
 from __future__ import annotations
 
