@@ -207,9 +207,7 @@ def test_configure_takes_dynamic_shared_memory_above_48kb_and_launching_needs_a_
 
 
 def test_launch_configuration_error_class():
-    error = getattr(fl, "LaunchConfigurationError", None)
-    if error is None:
-        pytest.skip("fastlaunch.LaunchConfigurationError is not in this build yet")
+    error = fl.LaunchConfigurationError
     assert issubclass(error, fl.CudaError)
     assert issubclass(error, ValueError)
     assert "LaunchConfigurationError" in fl.__all__
