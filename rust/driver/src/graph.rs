@@ -180,9 +180,7 @@ impl Graph {
         values: &ParamBuffer,
     ) -> Result<()> {
         let Some(kernel_params) = values.prepared() else {
-            return Err(Error::Invalid(
-                "kernel parameters changed since they were prepared".into(),
-            ));
+            return Err(crate::launch::unprepared());
         };
         let mut params = captured.0;
         params.kernel_params = kernel_params;

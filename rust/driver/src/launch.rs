@@ -46,9 +46,7 @@ impl Function {
         options: LaunchOptions,
     ) -> Result<()> {
         let Some(pointers) = params.prepared() else {
-            return Err(Error::Invalid(
-                "kernel parameters changed since they were prepared".into(),
-            ));
+            return Err(unprepared());
         };
         // SAFETY: the pointers point at the buffer's slots, which `params` keeps alive and
         // unchanged (it is borrowed) until the driver has copied them; the rest is
@@ -144,4 +142,11 @@ impl Driver {
             unsafe { (self.api.launch_kernel_ex)(&config, function, params, ptr::null_mut()) };
         self.check(code, "launching a kernel")
     }
+}
+
+/// The error for parameters changed since they were prepared (a caller's bug).
+#[cold]
+#[inline(never)]
+pub(crate) fn unprepared() -> Error {
+    Error::Invalid("kernel parameters changed since they were prepared".into())
 }

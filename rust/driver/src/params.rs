@@ -29,6 +29,15 @@ impl ParamBuffer {
         }
     }
 
+    /// A buffer holding a copy of `slots` (pointers not yet prepared). Not through
+    /// `extend_u64`: the launch path's constant-length calls of it stay specialised.
+    pub fn from_slots(slots: &[u64]) -> ParamBuffer {
+        ParamBuffer {
+            slots: slots.to_vec(),
+            pointers: Vec::with_capacity(slots.len()),
+        }
+    }
+
     /// Forgets the values, keeping the memory.
     #[inline]
     pub fn clear(&mut self) {

@@ -57,8 +57,7 @@ impl PackedArgs {
             }
             arg_slots.push(start..scratch.params.len());
         }
-        let mut params = ParamBuffer::with_capacity(scratch.params.len());
-        params.extend_u64(scratch.params.slots());
+        let mut params = ParamBuffer::from_slots(scratch.params.slots());
         params.prepare();
         Ok(PackedArgs {
             plan: plan.clone(),

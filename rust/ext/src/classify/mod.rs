@@ -228,7 +228,10 @@ pub(crate) fn read_arg(
             return scalars::read_complex(arg, scratch);
         }
     }
-    let strategy = strategy_for(arg, at)?;
+    let strategy = match cached_strategy(type_ptr as usize) {
+        Some(strategy) => strategy,
+        None => resolve_and_cache(arg, at)?,
+    };
     match strategy {
         Strategy::NumpyScalar(scalar) => scalars::read_numpy(arg, scalar, scratch),
         Strategy::NumbaDeviceArray => numba::read(arg, at, scratch),
@@ -262,19 +265,25 @@ fn type_name(arg: &Bound<'_, PyAny>) -> String {
     }
 }
 
-fn strategy_for(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy> {
-    // SAFETY: `arg` is a valid object; its type is read without taking a reference.
-    let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
-    let cached = TYPES.with(|types| {
+/// The strategy cached for a type on this thread, if any: the hit path, kept small (no
+/// `Result` to build) so that `read_arg` stays cheap.
+#[inline(always)]
+fn cached_strategy(type_ptr: usize) -> Option<Strategy> {
+    TYPES.with(|types| {
         types
             .borrow()
             .iter()
             .find(|t| t.type_ptr == type_ptr)
             .map(|t| t.strategy)
-    });
-    if let Some(strategy) = cached {
-        return Ok(strategy);
-    }
+    })
+}
+
+/// Resolves the strategy for a type seen for the first time on this thread, and caches it.
+#[cold]
+#[inline(never)]
+fn resolve_and_cache(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy> {
+    // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+    let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
     let strategy = resolve_strategy(arg, at)?;
     TYPES.with(|types| {
         types.borrow_mut().push(CachedType {

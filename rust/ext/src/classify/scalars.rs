@@ -124,7 +124,6 @@ pub(super) fn numpy_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result
 }
 
 /// A NumPy scalar of dtype `scalar`.
-#[inline]
 pub(super) fn read_numpy(
     arg: &Bound<'_, PyAny>,
     scalar: Scalar,
