@@ -1,7 +1,7 @@
 """cuda.core ``Buffer`` and ``StridedMemoryView`` arguments, without a GPU.
 
-fastlaunch reads both itself (``read_core_buffer`` / ``read_core_view`` in
-``rust/ext/src/classify.rs``) and must type them exactly as numba-cuda does
+fastlaunch reads both itself (``read_buffer`` / ``read_view`` in
+``rust/ext/src/classify/cuda_core.rs``) and must type them exactly as numba-cuda does
 (``numba.cuda.typing.typeof``): a buffer as a writable 1-D C uint8 array, a view as an
 array of its dtype, ndim, layout and read-only flag. One intended difference: numba-cuda
 refuses views that are not contiguous, fastlaunch passes them with layout 'A'.
