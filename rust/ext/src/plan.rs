@@ -1,6 +1,6 @@
 //! Packing plans: how each argument of one overload becomes kernel parameters, in
 //! numba's data model. An N-d array is `5 + 2N` 8-byte values (meminfo = 0,
-//! parent = 0, nitems, itemsize, data, shape[N], strides_in_bytes[N]); a scalar is
+//! parent = 0, nitems, itemsize, data, `shape[N]`, `strides_in_bytes[N]`); a scalar is
 //! its target type's value (complex: real then imaginary); a record is the address of its
 //! device copy.
 

@@ -1,8 +1,8 @@
 //! The fingerprint format: the bytes that fix each argument's numba type exactly. This
 //! file owns it: one encoder (the `push_*` functions, which classification calls) and one
 //! walker ([`Walker`]), which the packing plan's checker (`Plan::check_fingerprint`), the
-//! skipper ([`skip_argument`], [`argument_of_value`], [`split_arguments`]) and the describer
-//! ([`describe`], the descriptors a miss hands to Python) all use.
+//! skipper ([`Walker::skip_argument`], [`argument_of_value`], [`split_arguments`]) and
+//! the describer ([`describe`], the descriptors a miss hands to Python) all use.
 //!
 //! Per argument:
 //! - scalar: one byte, the [`Scalar`] code (below 0x80);
