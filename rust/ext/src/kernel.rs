@@ -1050,6 +1050,11 @@ impl PackedArgs {
         })
     }
 
+    /// The arguments packed here, in order.
+    pub(crate) fn args(&self) -> &[Py<PyAny>] {
+        &self.args
+    }
+
     /// The pointer array the driver reads: one per parameter slot.
     pub(crate) fn pointers(&self) -> *mut *mut std::ffi::c_void {
         self.params.pointers.as_ptr() as *mut _
