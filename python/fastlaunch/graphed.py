@@ -35,6 +35,7 @@ from typing import Any
 
 from fastlaunch import _core
 from fastlaunch._core import Graph
+from fastlaunch.errors import CudaUnavailableError
 from fastlaunch.streams import (
     default_stream_policy,
     event,
@@ -189,7 +190,10 @@ def _form(args: tuple, kwargs: dict) -> tuple[tuple, list[Any], list[int]]:
         kinds.append(kind)
         return (t, describe(x))
 
-    device = _core.current_device()
+    try:
+        device = _core.current_device()
+    except CudaUnavailableError:
+        device = None  # the step's launches say why
     key = (
         0 if device is None else device,  # launches with no current context use device 0
         tuple(map(visit, args)),
