@@ -264,6 +264,7 @@ class _Entry:
         "bindings",
         "bound",
         "deps",
+        "foreign",
         "graph",
         "launches",
         "pinned",
@@ -282,6 +283,7 @@ class _Entry:
         self.bound: list[Any] = []  # the leaves the launches hold now (by leaf index)
         self.pinned: tuple[Any, ...] = ()  # leaves that must be passed again as they are
         self.result: Any = None  # template of the return value
+        self.foreign = False  # torch or CuPy arrays among the leaves: order after their streams
 
 
 def _template(value: Any, index: dict[int, int]) -> Any:
@@ -498,7 +500,7 @@ class GraphedStep:
                 )
             self.counters["updates"] += len(dirty)
         handle = self._replay_stream(leaves, kinds)
-        if handle and ordering_enabled():
+        if entry.foreign and ordering_enabled():
             self._order_inputs(handle, leaves)
         try:
             entry.graph.replay(handle)
@@ -625,6 +627,9 @@ class GraphedStep:
         entry.bound = list(leaves)
         entry.pinned = tuple(leaves[i] for i in sorted(pinned))
         entry.result = _template(result, index)
+        entry.foreign = any(
+            type(leaves[i]).__module__.split(".")[0] in ("torch", "cupy") for i in array_leaves
+        )
         return entry
 
     def _give_up(self, error: BaseException) -> None:
