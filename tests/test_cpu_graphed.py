@@ -69,6 +69,8 @@ def test_other_objects_are_keyed_by_identity():
 def test_arguments_are_checked():
     with pytest.raises(ValueError, match="steps must be a positive integer"):
         fastlaunch.graphed(steps=0)(print)
+    with pytest.raises(ValueError, match="per_form must be a positive integer"):
+        fastlaunch.graphed(per_form=0)(print)
     with pytest.raises(ValueError, match="cache_size must be a positive integer"):
         fastlaunch.graphed(cache_size=0)(print)
     with pytest.raises(ValueError, match="capture mode"):
@@ -106,6 +108,9 @@ PRELUDE = textwrap.dedent(
         k._register(fp, 90, plan, _core.CompiledKernel(b"image", "entry"))
         return k
 
+    def graphs_of(step):
+        return [entry for entries in step._graphs.values() for entry in entries]
+
     def show(label, step):
         print(json.dumps({{"label": label, **step.counters, "graphs": step.graph_count}}))
 
@@ -129,7 +134,7 @@ def test_eager_then_capture_then_replay_repointing_only_what_changed(run_on_stan
     out = run(
         run_on_stand_in,
         """
-        @fl.graphed
+        @fl.graphed(per_form=1)
         def step(a, b, dt):
             heat[1, 1](b, a, dt)
             edges[1, 1](a, b, dt)
@@ -140,7 +145,7 @@ def test_eager_then_capture_then_replay_repointing_only_what_changed(run_on_stan
         step(u, v, 0.5); show("same arrays", step)
         r = step(v, u, 0.5); show("swapped", step)
         print(json.dumps({"label": "returned", "swapped": r[0] is u and r[1] is v}))
-        (entry,) = step._graphs.values()
+        (entry,) = graphs_of(step)
         launch = entry.launches[0]
         print(json.dumps({"label": "bound", "ok": launch.args[0] is u and launch.args[1] is v}))
         step(v, w, 0.5); show("one new", step)
@@ -155,6 +160,30 @@ def test_eager_then_capture_then_replay_repointing_only_what_changed(run_on_stan
     assert out["returned"]["swapped"] and out["bound"]["ok"]
     # w replaces u: both launches take that argument
     assert out["one new"]["updates"] == 4 and out["one new"]["captures"] == 1
+
+
+def test_a_ping_pong_loop_replays_two_graphs_without_re_pointing(run_on_stand_in):
+    out = run(
+        run_on_stand_in,
+        """
+        @fl.graphed
+        def step(a, b):
+            heat[1, 1](b, a, 1.0)
+            return b, a
+
+        a, b = u, v
+        for _ in range(10):
+            a, b = step(a, b)
+        show("ping-pong", step)
+        step(w, u); show("new arrays", step)
+        step(v, w); show("newer arrays", step)
+        """,
+    )
+    assert out["ping-pong"] == {**out["ping-pong"], "eager": 1, "captures": 2, "replays": 9}
+    assert out["ping-pong"]["updates"] == 0 and out["ping-pong"]["graphs"] == 2
+    # no graph holds (w, u): the least recently used one, (u, v), is re-pointed
+    assert out["new arrays"]["updates"] == 1 and out["new arrays"]["captures"] == 2
+    assert out["newer arrays"]["updates"] == 2 and out["newer arrays"]["graphs"] == 2
 
 
 def test_a_new_form_runs_eagerly_until_it_repeats_and_the_cache_is_bounded(run_on_stand_in):
@@ -251,8 +280,9 @@ def test_arrays_derived_from_arguments_pin_the_graph_to_them(run_on_stand_in):
     assert out["new base"]["eager"] == 2 and out["new base"]["replays"] == 2
     assert out["new base again"]["captures"] == 2 and out["new base again"]["graphs"] == 2
     assert out["first base"]["replays"] == 4 and out["first base"]["updates"] == 0
-    assert out["scratch"]["captures"] == 1 and out["scratch"]["replays"] == 3
-    assert out["scratch"]["updates"] == 3  # u->w (one launch), then both launches
+    # (w, v) gets a graph of its own; (v, w) re-points the older one: both launches
+    assert out["scratch"]["captures"] == 2 and out["scratch"]["replays"] == 3
+    assert out["scratch"]["updates"] == 2
 
 
 def test_steps_unrolled_into_one_graph(run_on_stand_in):
@@ -266,7 +296,7 @@ def test_steps_unrolled_into_one_graph(run_on_stand_in):
 
         results = [step(u, v) for _ in range(3)]
         show("unrolled", step)
-        (entry,) = step._graphs.values()
+        (entry,) = graphs_of(step)
         print(json.dumps({"label": "graph", "launches": len(entry.launches),
                           "nodes": entry.graph.node_count,
                           "even": all(r[0] is u and r[1] is v for r in results)}))
@@ -315,7 +345,7 @@ def test_a_graphed_step_called_while_another_captures_runs_inline(run_on_stand_i
             outer(u, v)
         show("outer", outer)
         show("inner", inner)
-        (entry,) = outer._graphs.values()
+        (entry,) = graphs_of(outer)
         print(json.dumps({"label": "graph", "launches": len(entry.launches)}))
         """,
     )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import operator
 import sys
 import threading
 import warnings
@@ -165,6 +166,33 @@ def _kind(t: type) -> tuple[int, Callable[[Any], Any]]:
     return known
 
 
+def _part(x: Any, leaves: list[Any], kinds: list[int], seen: dict[int, int]) -> Any:
+    """One argument's part of the key; leaves are collected (each object once)."""
+    t = type(x)
+    kind, describe = _kinds.get(t) or _kind(t)
+    if kind < _SEQ:
+        return (t, describe(x))
+    if kind == _SEQ:
+        return (t, tuple([_part(v, leaves, kinds, seen) for v in x]))
+    i = seen.get(id(x))
+    if i is not None:
+        return i  # aliasing is part of the form
+    if kind == _OBJECT and hasattr(x, "__cuda_array_interface__"):
+        kind, describe = _ARRAY, _cai_form  # an interface set on the instance
+    seen[id(x)] = len(leaves)
+    leaves.append(x)
+    kinds.append(kind)
+    return (t, describe(x))
+
+
+def _device() -> int:
+    try:
+        device = _core.current_device()
+    except CudaUnavailableError:
+        return 0  # the step's launches say why
+    return 0 if device is None else device  # launches with no current context use device 0
+
+
 def _form(args: tuple, kwargs: dict) -> tuple[tuple, list[Any], list[int]]:
     """The guard key of a call, its leaves (arrays, streams, objects; each object once, in
     order of first appearance) and their kinds. A leaf seen again is keyed by its index,
@@ -172,34 +200,27 @@ def _form(args: tuple, kwargs: dict) -> tuple[tuple, list[Any], list[int]]:
     leaves: list[Any] = []
     kinds: list[int] = []
     seen: dict[int, int] = {}
-
-    def visit(x: Any) -> Any:
+    key: list[Any] = [_device()]
+    for x in args:  # _part, inlined for the top level
         t = type(x)
         kind, describe = _kinds.get(t) or _kind(t)
-        if kind == _SCALAR or kind == _VALUE:
-            return (t, describe(x))
-        if kind == _SEQ:
-            return (t, tuple(map(visit, x)))
+        if kind < _SEQ:
+            key.append((t, describe(x)))
+            continue
+        if kind == _SEQ or kind == _OBJECT:
+            key.append(_part(x, leaves, kinds, seen))
+            continue
         i = seen.get(id(x))
         if i is not None:
-            return i
-        if kind == _OBJECT and hasattr(x, "__cuda_array_interface__"):
-            kind, describe = _ARRAY, _cai_form  # an interface set on the instance
+            key.append(i)
+            continue
         seen[id(x)] = len(leaves)
         leaves.append(x)
         kinds.append(kind)
-        return (t, describe(x))
-
-    try:
-        device = _core.current_device()
-    except CudaUnavailableError:
-        device = None  # the step's launches say why
-    key = (
-        0 if device is None else device,  # launches with no current context use device 0
-        tuple(map(visit, args)),
-        tuple((name, visit(value)) for name, value in sorted(kwargs.items())) if kwargs else (),
-    )
-    return key, leaves, kinds
+        key.append((t, describe(x)))
+    if kwargs:
+        key.append(tuple((n, _part(v, leaves, kinds, seen)) for n, v in sorted(kwargs.items())))
+    return tuple(key), leaves, kinds
 
 
 # -- memory extents: which arrays a step derived from its arguments -------------------------
@@ -264,8 +285,10 @@ class _Entry:
         "bindings",
         "bound",
         "deps",
+        "fill",
         "foreign",
         "graph",
+        "handle",
         "launches",
         "pinned",
         "repoint",
@@ -284,6 +307,8 @@ class _Entry:
         self.pinned: tuple[Any, ...] = ()  # leaves that must be passed again as they are
         self.result: Any = None  # template of the return value
         self.foreign = False  # torch or CuPy arrays among the leaves: order after their streams
+        self.handle: int | None = None  # the replay stream, when the form fixes it
+        self.fill: Callable[[list[Any]], Any] = lambda leaves: None  # the return value
 
 
 def _template(value: Any, index: dict[int, int]) -> Any:
@@ -304,6 +329,33 @@ def _fill(template: Any, leaves: list[Any]) -> Any:
     if tag == "seq":
         return template[1](_fill(t, leaves) for t in template[2])
     return template[1]
+
+
+def _pick(entries: list[_Entry], leaves: list[Any]) -> _Entry | None:
+    """The graph of a form that holds these very arrays already (moved to the front)."""
+    for i, entry in enumerate(entries):
+        bound = entry.bound
+        for k in entry.repoint:
+            if leaves[k] is not bound[k]:
+                break
+        else:
+            if i:
+                entries.insert(0, entries.pop(i))
+            return entry
+    return None
+
+
+def _filler(template: Any) -> Callable[[list[Any]], Any]:
+    """``_fill`` for one template, with the common cases made fast."""
+    tag = template[0]
+    if tag == "static":
+        value = template[1]
+        return lambda leaves: value
+    if tag == "leaf":
+        return operator.itemgetter(template[1])
+    if template[1] is tuple and len(template[2]) >= 2 and all(t[0] == "leaf" for t in template[2]):
+        return operator.itemgetter(*(t[1] for t in template[2]))
+    return lambda leaves: _fill(template, leaves)
 
 
 def _walk(value: Any, out: list[Any]) -> None:
@@ -350,6 +402,7 @@ class GraphedStep:
         steps: int = 1,
         check: bool = False,
         cache_size: int = 8,
+        per_form: int = 2,
         mode: str = "thread_local",
     ) -> None:
         if not callable(fn):
@@ -358,6 +411,8 @@ class GraphedStep:
             raise ValueError(f"steps must be a positive integer, not {steps!r}")
         if not isinstance(cache_size, int) or cache_size < 1:
             raise ValueError(f"cache_size must be a positive integer, not {cache_size!r}")
+        if not isinstance(per_form, int) or per_form < 1:
+            raise ValueError(f"per_form must be a positive integer, not {per_form!r}")
         if mode not in ("global", "thread_local", "relaxed"):
             raise ValueError(f"capture mode is 'global', 'thread_local' or 'relaxed', not {mode!r}")
         functools.update_wrapper(self, fn)
@@ -365,6 +420,7 @@ class GraphedStep:
         self.steps = steps
         self.check = check
         self.cache_size = cache_size
+        self.per_form = per_form
         self.mode = mode
         #: calls by path: eager (new or unseen forms, uncapturable steps), captures, replays;
         #: updates (launches re-pointed), evictions, failed_captures, checks
@@ -374,7 +430,7 @@ class GraphedStep:
         )
         #: why the step runs eagerly for good (a capture failed), or None
         self.uncapturable: str | None = None
-        self._graphs: OrderedDict[Any, _Entry] = OrderedDict()
+        self._graphs: OrderedDict[Any, list[_Entry]] = OrderedDict()
         self._seen: OrderedDict[Any, None] = OrderedDict()
         self._pins: dict[Any, tuple[int, ...]] = {}
         self._stream: Any = None
@@ -390,9 +446,19 @@ class GraphedStep:
         pins = self._pins.get(form)
         if pins is not None:
             key = (form, tuple(id(leaves[i]) for i in pins))
-        entry = self._graphs.get(key)
-        if entry is not None:
+        entries = self._graphs.get(key)
+        if entries is not None:
             self._graphs.move_to_end(key)
+            entry = _pick(entries, leaves)
+            if entry is None:  # no graph of this form holds these arrays
+                if len(entries) < self.per_form:
+                    entry = self._capture(form, key, args, kwargs, leaves, kinds)
+                    if entry is None:
+                        self.counters["eager"] += 1
+                        return self._run(args, kwargs)
+                else:
+                    entry = entries.pop()  # the least recently used: re-pointed
+                    entries.insert(0, entry)
             if self.check:
                 return self._checked(entry, args, kwargs, leaves, kinds)
             return self._replay(entry, leaves, kinds)
@@ -412,8 +478,8 @@ class GraphedStep:
 
     @property
     def graph_count(self) -> int:
-        """Graphs cached now (at most ``cache_size``)."""
-        return len(self._graphs)
+        """Graphs cached now (at most ``cache_size`` forms of ``per_form`` graphs each)."""
+        return sum(map(len, self._graphs.values()))
 
     def clear(self) -> None:
         """Drops every cached graph (and the arguments they hold) and the forms seen."""
@@ -499,7 +565,9 @@ class GraphedStep:
                     ]
                 )
             self.counters["updates"] += len(dirty)
-        handle = self._replay_stream(leaves, kinds)
+        handle = entry.handle
+        if handle is None:
+            handle = self._replay_stream(leaves, kinds)
         if entry.foreign and ordering_enabled():
             self._order_inputs(handle, leaves)
         try:
@@ -508,7 +576,7 @@ class GraphedStep:
             e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
             raise
         self.counters["replays"] += 1
-        return _fill(entry.result, leaves)
+        return entry.fill(leaves)
 
     def _checked(
         self, entry: _Entry, args: tuple, kwargs: dict, leaves: list[Any], kinds: list[int]
@@ -584,7 +652,7 @@ class GraphedStep:
             pins = tuple(i for i, leaf in enumerate(leaves) if any(leaf is p for p in entry.pinned))
             self._pins[form] = pins
             key = (form, tuple(id(leaves[i]) for i in pins))
-        self._graphs[key] = entry
+        self._graphs.setdefault(key, []).insert(0, entry)
         self._graphs.move_to_end(key)
         while len(self._graphs) > self.cache_size:
             self._graphs.popitem(last=False)
@@ -630,6 +698,12 @@ class GraphedStep:
         entry.foreign = any(
             type(leaves[i]).__module__.split(".")[0] in ("torch", "cupy") for i in array_leaves
         )
+        entry.fill = _filler(entry.result)
+        given = self._stream_leaf(leaves, kinds)
+        if given is not None:
+            entry.handle = _stream_handle(given)  # part of the form
+        elif not entry.foreign:
+            entry.handle = 0  # launches with no stream: the legacy default stream
         return entry
 
     def _give_up(self, error: BaseException) -> None:
@@ -652,6 +726,7 @@ def graphed(
     steps: int = 1,
     check: bool = False,
     cache_size: int = 8,
+    per_form: int = 2,
     mode: str = "thread_local",
 ) -> Any:
     """Runs a step function (one that launches fastlaunch kernels) as a CUDA graph.
@@ -667,13 +742,18 @@ def graphed(
       value (a tuple of arguments; None: the same arguments), all in one graph.
     - ``check=True``: each graph call also runs eagerly from the same inputs and the array
       arguments must come out bit for bit the same (slow: for testing a step).
-    - ``cache_size``: graphs kept per step (least recently used dropped first).
+    - ``cache_size``: forms kept per step (least recently used dropped first);
+      ``per_form``: graphs kept per form, each holding other arrays (2: a ping-pong loop
+      replays without re-pointing anything; past that, the least recently used graph of
+      the form is re-pointed).
     - ``mode``: the capture mode (``"thread_local"``, ``"global"`` or ``"relaxed"``).
 
     Counters in ``step.counters``; ``step.uncapturable`` says why a step runs eagerly.
     """
 
     def wrap(f: Callable[..., Any]) -> GraphedStep:
-        return GraphedStep(f, steps=steps, check=check, cache_size=cache_size, mode=mode)
+        return GraphedStep(
+            f, steps=steps, check=check, cache_size=cache_size, per_form=per_form, mode=mode
+        )
 
     return wrap if fn is None else wrap(fn)
