@@ -352,3 +352,26 @@ def test_a_graphed_step_called_while_another_captures_runs_inline(run_on_stand_i
     assert out["outer"]["captures"] == 1 and out["outer"]["replays"] == 2
     assert out["inner"]["captures"] == 0 and out["inner"]["failed_captures"] == 0
     assert out["graph"]["launches"] == 2
+
+
+def test_a_graphed_step_inside_a_users_graph_is_captured_there(run_on_stand_in):
+    out = run(
+        run_on_stand_in,
+        """
+        @fl.graphed
+        def step(a, b):
+            heat[1, 1](b, a, 1.0)
+
+        step(u, v)
+        with fl.graph() as g:
+            step(u, v)   # would capture now: this thread captures already, so eager, into g
+            step(u, v)
+        show("step", step)
+        print(json.dumps({"label": "graph", "launches": len(g.launches),
+                          "uncapturable": step.uncapturable}))
+        step(u, v); step(u, v); show("after", step)
+        """,
+    )
+    assert out["step"]["eager"] == 3 and out["step"]["failed_captures"] == 0
+    assert out["graph"] == {"launches": 2, "uncapturable": None}
+    assert out["after"]["captures"] == 1 and out["after"]["replays"] == 2

@@ -434,6 +434,8 @@ class GraphedStep:
         self._seen: OrderedDict[Any, None] = OrderedDict()
         self._pins: dict[Any, tuple[int, ...]] = {}
         self._stream: Any = None
+        self._lock = threading.RLock()
+        self._last_stream = 0
 
     # -- the public surface ----------------------------------------------------------------
 
@@ -441,6 +443,10 @@ class GraphedStep:
         if self.uncapturable is not None or getattr(_tls, "capturing", False):
             self.counters["eager"] += 1
             return self._run(args, kwargs)
+        with self._lock:  # graphs are re-pointed, then replayed: one thread at a time
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
         form, leaves, kinds = _form(args, kwargs)
         key = form
         pins = self._pins.get(form)
@@ -480,6 +486,15 @@ class GraphedStep:
     def graph_count(self) -> int:
         """Graphs cached now (at most ``cache_size`` forms of ``per_form`` graphs each)."""
         return sum(map(len, self._graphs.values()))
+
+    def synchronize(self) -> None:
+        """Waits for the stream this step last replayed on; an error from it (a fault in a
+        replayed kernel) names the step."""
+        try:
+            external_stream(self._last_stream).synchronize()
+        except Exception as e:
+            e.add_note(f"after replaying the CUDA graph of graphed step {self.__qualname__}")
+            raise
 
     def clear(self) -> None:
         """Drops every cached graph (and the arguments they hold) and the forms seen."""
@@ -570,6 +585,7 @@ class GraphedStep:
             handle = self._replay_stream(leaves, kinds)
         if entry.foreign and ordering_enabled():
             self._order_inputs(handle, leaves)
+        self._last_stream = handle
         try:
             entry.graph.replay(handle)
         except Exception as e:
@@ -637,10 +653,20 @@ class GraphedStep:
         kinds: list[int],
     ) -> _Entry | None:
         graph = Graph(self._capture_stream(leaves, kinds), self.mode)
+        try:
+            graph.__enter__()
+        except Exception:
+            # not the step's fault (this thread captures a fastlaunch graph already, whose
+            # capture then takes the step's launches): eager this time, captured later
+            return None
         _tls.capturing = True
         try:
-            with graph:
+            try:
                 result = self._run(args, kwargs)
+            except BaseException as e:
+                graph.__exit__(type(e), e, e.__traceback__)  # ends the capture, drops it
+                raise
+            graph.__exit__(None, None, None)  # ends the capture; raises if it was invalidated
         except Exception as e:
             self._give_up(e)
             return None
