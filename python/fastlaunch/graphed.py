@@ -185,6 +185,22 @@ def _part(x: Any, leaves: list[Any], kinds: list[int], seen: dict[int, int]) -> 
     return (t, describe(x))
 
 
+_stable_types: dict[type, bool] = {}
+
+
+def _stable(t: type) -> bool:
+    """Whether an argument of type ``t`` keeps its form for as long as it lives: numba
+    device arrays (fastlaunch relies on this too), immutable scalars and values, streams."""
+    known = _stable_types.get(t)
+    if known is None:
+        kind, describe = _kind(t)
+        known = (
+            kind in (_SCALAR, _VALUE, _STREAM) and t not in (list, tuple)
+        ) or describe is _numba_form
+        _stable_types[t] = known
+    return known
+
+
 def _device() -> int:
     try:
         device = _core.current_device()
@@ -435,6 +451,9 @@ class GraphedStep:
         self._pins: dict[Any, tuple[int, ...]] = {}
         self._stream: Any = None
         self._lock = threading.RLock()
+        self._recent: list[Any] = [None, None]
+        self._generation = 0  # changes whenever graphs are added or dropped
+        self._mru: Any = None  # the key last moved to the end of the LRU
         self._last_stream = 0
 
     # -- the public surface ----------------------------------------------------------------
@@ -447,7 +466,35 @@ class GraphedStep:
             return self._call(args, kwargs)
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
-        form, leaves, kinds = _form(args, kwargs)
+        # The last two calls whose arguments cannot change form under the same identity
+        # (numba arrays, immutable scalars, streams) are remembered with their form and
+        # graphs: the very same objects again (a loop passing the same buffers, or two
+        # swapped ones) skip computing the form and looking it up.
+        device = _device()
+        slot = None
+        if not kwargs:
+            for known in self._recent:
+                if (
+                    known is not None
+                    and known[1] == device
+                    and len(known[0]) == len(args)
+                    and all(map(operator.is_, args, known[0]))
+                ):
+                    slot = known
+                    break
+        if slot is not None:
+            form, leaves, kinds = slot[2], slot[3], slot[4]
+            if slot[6] == self._generation:  # the cache is as it was: its graphs still are
+                key, entries = slot[5], slot[7]
+                if self._mru is not key:
+                    self._graphs.move_to_end(key)
+                    self._mru = key
+                return self._with(entries, form, key, args, kwargs, leaves, kinds)
+        else:
+            form, leaves, kinds = _form(args, kwargs)
+            if not kwargs and all(_stable(type(a)) for a in args):
+                slot = [args, device, form, leaves, kinds, None, -1, None]
+                self._recent = [slot, self._recent[0]]
         key = form
         pins = self._pins.get(form)
         if pins is not None:
@@ -455,19 +502,10 @@ class GraphedStep:
         entries = self._graphs.get(key)
         if entries is not None:
             self._graphs.move_to_end(key)
-            entry = _pick(entries, leaves)
-            if entry is None:  # no graph of this form holds these arrays
-                if len(entries) < self.per_form:
-                    entry = self._capture(form, key, args, kwargs, leaves, kinds)
-                    if entry is None:
-                        self.counters["eager"] += 1
-                        return self._run(args, kwargs)
-                else:
-                    entry = entries.pop()  # the least recently used: re-pointed
-                    entries.insert(0, entry)
-            if self.check:
-                return self._checked(entry, args, kwargs, leaves, kinds)
-            return self._replay(entry, leaves, kinds)
+            self._mru = key
+            if slot is not None:
+                slot[5], slot[6], slot[7] = key, self._generation, entries
+            return self._with(entries, form, key, args, kwargs, leaves, kinds)
         if key not in self._seen:
             self._seen[key] = None
             if len(self._seen) > 4 * self.cache_size:
@@ -478,6 +516,31 @@ class GraphedStep:
         if entry is None:
             self.counters["eager"] += 1
             return self._run(args, kwargs)
+        if self.check:
+            return self._checked(entry, args, kwargs, leaves, kinds)
+        return self._replay(entry, leaves, kinds)
+
+    def _with(
+        self,
+        entries: list[_Entry],
+        form: Any,
+        key: Any,
+        args: tuple,
+        kwargs: dict,
+        leaves: list[Any],
+        kinds: list[int],
+    ) -> Any:
+        """The call, with the graphs cached for its form."""
+        entry = _pick(entries, leaves)
+        if entry is None:  # no graph of this form holds these arrays
+            if len(entries) < self.per_form:
+                entry = self._capture(form, key, args, kwargs, leaves, kinds)
+                if entry is None:
+                    self.counters["eager"] += 1
+                    return self._run(args, kwargs)
+            else:
+                entry = entries.pop()  # the least recently used: re-pointed
+                entries.insert(0, entry)
         if self.check:
             return self._checked(entry, args, kwargs, leaves, kinds)
         return self._replay(entry, leaves, kinds)
@@ -498,6 +561,8 @@ class GraphedStep:
 
     def clear(self) -> None:
         """Drops every cached graph (and the arguments they hold) and the forms seen."""
+        self._recent = [None, None]
+        self._generation += 1
         self._graphs.clear()
         self._seen.clear()
         self._pins.clear()
@@ -678,8 +743,10 @@ class GraphedStep:
             pins = tuple(i for i, leaf in enumerate(leaves) if any(leaf is p for p in entry.pinned))
             self._pins[form] = pins
             key = (form, tuple(id(leaves[i]) for i in pins))
+        self._generation += 1
         self._graphs.setdefault(key, []).insert(0, entry)
         self._graphs.move_to_end(key)
+        self._mru = key
         while len(self._graphs) > self.cache_size:
             self._graphs.popitem(last=False)
             self.counters["evictions"] += 1
@@ -736,6 +803,7 @@ class GraphedStep:
         self.counters["failed_captures"] += 1
         reason = f"{type(error).__name__}: {error}"
         self.uncapturable = reason
+        self._generation += 1
         self._graphs.clear()
         warnings.warn(
             f"fastlaunch.graphed: {self.__qualname__} cannot be captured as a CUDA graph "
