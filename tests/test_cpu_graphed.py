@@ -375,3 +375,42 @@ def test_a_graphed_step_inside_a_users_graph_is_captured_there(run_on_stand_in):
     assert out["step"]["eager"] == 3 and out["step"]["failed_captures"] == 0
     assert out["graph"] == {"launches": 2, "uncapturable": None}
     assert out["after"]["captures"] == 1 and out["after"]["replays"] == 2
+
+
+def test_remembered_forms_of_numba_arrays_never_outlive_their_graphs(run_on_stand_in):
+    out = run(
+        run_on_stand_in,
+        """
+        import numpy as np
+        from cuda.bindings import driver as bindings
+        from numba.cuda.cudadrv import driver as numba_driver
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        def numba_array(shape, base):
+            pointer = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(base), 1 << 20)
+            strides = (4 * shape[1], 4)
+            gpu_data = numba_driver.OwnedPointer(pointer)
+            return DeviceNDArray(shape, strides, np.float32, gpu_data=gpu_data)
+
+        a, b = numba_array((64, 64), 1 << 40), numba_array((64, 64), 1 << 41)
+        c, d = numba_array((8, 8), 1 << 42), numba_array((8, 8), 1 << 43)
+        k = kernel("numba_heat", (a, b, 1.0))
+
+        @fl.graphed(cache_size=1)
+        def step(x, y):
+            k[1, 1](y, x, 1.0)
+
+        for _ in range(4):
+            step(a, b)          # the same objects: the form is remembered after the first
+        show("same", step)
+        step(c, d); step(c, d)  # another form: captured, evicting the first
+        show("other", step)
+        step(a, b)              # remembered, but its graph is gone: captured again
+        show("back", step)
+        step.clear(); step(a, b); show("cleared", step)
+        """,
+    )
+    assert out["same"] == {**out["same"], "eager": 1, "captures": 1, "replays": 3}
+    assert out["other"]["captures"] == 2 and out["other"]["evictions"] == 1
+    assert out["back"]["captures"] == 3 and out["back"]["replays"] == 5
+    assert out["cleared"]["eager"] == 3 and out["cleared"]["graphs"] == 0
