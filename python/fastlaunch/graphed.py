@@ -637,13 +637,18 @@ class GraphedStep:
                     dirty = set()
                 dirty.update(entry.deps[k])
         if dirty:
-            for i in sorted(dirty):
-                entry.launches[i].set_args(
-                    *[
-                        leaves[b] if b >= 0 else s
-                        for b, s in zip(entry.bindings[i], entry.statics[i], strict=True)
-                    ]
-                )
+            try:
+                for i in sorted(dirty):
+                    entry.launches[i].set_args(
+                        *[
+                            leaves[b] if b >= 0 else s
+                            for b, s in zip(entry.bindings[i], entry.statics[i], strict=True)
+                        ]
+                    )
+            except BaseException:
+                # some launches hold the new arrays, some the old: re-point all next time
+                entry.bound = [None] * len(bound)
+                raise
             self.counters["updates"] += len(dirty)
         handle = entry.handle
         if handle is None:
