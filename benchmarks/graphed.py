@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba import cuda
 
 N = 128
 BLOCK2 = (16, 16)
@@ -43,28 +44,30 @@ THREADS = 256
 BLOCKS = SMALL // THREADS
 
 
+def diffuse(out, u, k):
+    i, j = cuda.grid(2)
+    n, m = u.shape
+    if 0 < i < n - 1 and 0 < j < m - 1:
+        out[i, j] = u[i, j] + k * (
+            u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4 * u[i, j]
+        )
+
+
+def hold_edges(out, u):
+    i, j = cuda.grid(2)
+    n, m = u.shape
+    if i < n and j < m and (i == 0 or j == 0 or i == n - 1 or j == m - 1):
+        out[i, j] = u[i, j]
+
+
+def axpy(out, a, x):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = out[i] * 0.5 + a * x[i]
+
+
 def kernels(jit: Callable[..., Any]) -> dict[str, Any]:
-    from numba import cuda
-
-    def diffuse(out, u, k):
-        i, j = cuda.grid(2)
-        n, m = u.shape
-        if 0 < i < n - 1 and 0 < j < m - 1:
-            out[i, j] = u[i, j] + k * (
-                u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4 * u[i, j]
-            )
-
-    def hold_edges(out, u):
-        i, j = cuda.grid(2)
-        n, m = u.shape
-        if i < n and j < m and (i == 0 or j == 0 or i == n - 1 or j == m - 1):
-            out[i, j] = u[i, j]
-
-    def axpy(out, a, x):
-        i = cuda.grid(1)
-        if i < out.size:
-            out[i] = out[i] * 0.5 + a * x[i]
-
+    """The same Python kernels, compiled by ``jit`` (fastlaunch's or numba-cuda's)."""
     return {"diffuse": jit(diffuse), "hold_edges": jit(hold_edges), "axpy": jit(axpy)}
 
 
@@ -153,8 +156,6 @@ class HandGraph:
 
 
 def bench(args: argparse.Namespace) -> dict:
-    from numba import cuda
-
     import fastlaunch as fl
 
     fl_heat, fl_eight = make_steps(kernels(fl.jit))

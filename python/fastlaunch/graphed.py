@@ -347,20 +347,6 @@ def _fill(template: Any, leaves: list[Any]) -> Any:
     return template[1]
 
 
-def _pick(entries: list[_Entry], leaves: list[Any]) -> _Entry | None:
-    """The graph of a form that holds these very arrays already (moved to the front)."""
-    for i, entry in enumerate(entries):
-        bound = entry.bound
-        for k in entry.repoint:
-            if leaves[k] is not bound[k]:
-                break
-        else:
-            if i:
-                entries.insert(0, entries.pop(i))
-            return entry
-    return None
-
-
 def _filler(template: Any) -> Callable[[list[Any]], Any]:
     """``_fill`` for one template, with the common cases made fast."""
     tag = template[0]
@@ -470,7 +456,12 @@ class GraphedStep:
         # (numba arrays, immutable scalars, streams) are remembered with their form and
         # graphs: the very same objects again (a loop passing the same buffers, or two
         # swapped ones) skip computing the form and looking it up.
-        device = _device()
+        try:
+            device = _core.current_device()
+        except CudaUnavailableError:
+            device = None  # the step's launches say why
+        if device is None:
+            device = 0  # launches with no current context use device 0
         slot = None
         if not kwargs:
             for known in self._recent:
@@ -531,7 +522,17 @@ class GraphedStep:
         kinds: list[int],
     ) -> Any:
         """The call, with the graphs cached for its form."""
-        entry = _pick(entries, leaves)
+        entry = None
+        for i, candidate in enumerate(entries):  # one that holds these arrays already
+            bound = candidate.bound
+            for k in candidate.repoint:
+                if leaves[k] is not bound[k]:
+                    break
+            else:
+                entry = candidate
+                if i:
+                    entries.insert(0, entries.pop(i))
+                break
         if entry is None:  # no graph of this form holds these arrays
             if len(entries) < self.per_form:
                 entry = self._capture(form, key, args, kwargs, leaves, kinds)
