@@ -414,3 +414,30 @@ def test_remembered_forms_of_numba_arrays_never_outlive_their_graphs(run_on_stan
     assert out["other"]["captures"] == 2 and out["other"]["evictions"] == 1
     assert out["back"]["captures"] == 3 and out["back"]["replays"] == 5
     assert out["cleared"]["eager"] == 3 and out["cleared"]["graphs"] == 0
+
+
+def test_a_stream_argument_is_captured_and_replayed_on_and_keywords_are_leaves(run_on_stand_in):
+    out = run(
+        run_on_stand_in,
+        """
+        s = fl.stream(non_blocking=True)
+
+        @fl.graphed
+        def step(a, stream, *, out):
+            heat[1, 1, stream](out, a, 1.0)
+            edges[1, 1](out, a, 1.0)     # no stream: the step's stream
+
+        for pair in ((u, v), (u, v), (w, v), (u, v), (u, w)):
+            step(pair[0], s, out=pair[1])
+        show("step", step)
+        entries = graphs_of(step)
+        print(json.dumps({"label": "graph", "streams": [e.handle for e in entries],
+                          "expected": s.handle, "launches": [len(e.launches) for e in entries],
+                          "replayed_on": step._last_stream}))
+        """,
+    )
+    assert out["step"] == {**out["step"], "eager": 1, "captures": 2, "replays": 4}
+    assert out["step"]["updates"] == 2  # (u, w): the least recently used graph, (w, v), re-pointed
+    graph = out["graph"]
+    assert graph["streams"] == [graph["expected"]] * 2 and graph["launches"] == [2, 2]
+    assert graph["replayed_on"] == graph["expected"]
