@@ -13,6 +13,9 @@
 #   rustbench  .gpu/bin/*-bench --bench (criterion; not part of `all`)
 #   threads    aggregate launches/s from 1-8 threads: the Rust floor, then fastlaunch and
 #              numba-cuda (benchmarks/threads.py); not part of `all`
+#   graphed    python3 benchmarks/graphed.py --out $OUT $GRAPHED_ARGS: fastlaunch.graphed
+#              against eager fastlaunch, numba-cuda and a hand-captured graph (cuda.bindings);
+#              not part of `all`
 #   all        rust tests stages conformance bench
 # The wheel install, versions and devices always come first.
 #
@@ -131,6 +134,12 @@ thread_scaling() {
   return $rc
 }
 
+graphed_bench() {
+  local extra=()
+  eval "extra=(${GRAPHED_ARGS:-})"
+  python3 benchmarks/graphed.py --out "$OUT" "${extra[@]}"
+}
+
 conformance() {
   python3 conformance/run.py --out "$OUT" --jobs 6 --budget "${CONFORMANCE_BUDGET:-300}"
 }
@@ -140,9 +149,9 @@ main() {
   for arg in "${@:-all}"; do
     case $arg in
       all) parts+=(rust tests stages conformance bench) ;;
-      rust | tests | bench | rustbench | stages | conformance | threads) parts+=("$arg") ;;
+      rust | tests | bench | rustbench | stages | conformance | threads | graphed) parts+=("$arg") ;;
       *)
-        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, threads, all)"
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, threads, graphed, all)"
         return 2
         ;;
     esac
@@ -158,6 +167,7 @@ main() {
       stages) name="benchmarks/stages.py (per-stage launch cost)" fn=stages ;;
       conformance) name="conformance/run.py (numba-cuda's own tests)" fn=conformance ;;
       threads) name="thread scaling (Rust floor, fastlaunch, numba-cuda)" fn=thread_scaling ;;
+      graphed) name="benchmarks/graphed.py (graphed steps)" fn=graphed_bench ;;
     esac
     section "$name"
     t0=$SECONDS

@@ -17,6 +17,7 @@ from fastlaunch.errors import (
     KernelArgumentError,
     LaunchConfigurationError,
 )
+from fastlaunch.graphed import GraphCaptureWarning, GraphedCheckError, GraphedStep, graphed
 from fastlaunch.graphs import Graph, GraphLaunch, graph
 from fastlaunch.streams import (
     Event,
@@ -69,8 +70,12 @@ __all__ = [
     "LaunchConfigurationError",
     "LaunchRefusedError",
     "Graph",
+    "GraphCaptureWarning",
     "GraphLaunch",
+    "GraphedCheckError",
+    "GraphedStep",
     "graph",
+    "graphed",
     "__version__",
     "current_device",
     "driver_version",

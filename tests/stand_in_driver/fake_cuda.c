@@ -9,6 +9,22 @@
 static char context_token, library_token, kernel_token;
 static __thread void *current_context;
 
+/* Stream capture, as far as CPU tests of graphs need it: kernel launches while a capture is
+ * open become nodes (counted, each with a handle of its own), a context synchronisation
+ * during a capture is refused and invalidates it, as the real driver does. */
+#define CAPTURE_UNSUPPORTED 900
+#define CAPTURE_INVALIDATED 901
+static int capturing, capture_invalidated;
+static size_t captured_nodes;
+static char node_tokens[4096];
+static void *last_node;
+static void count_node(void) {
+    if (capturing) {
+        last_node = &node_tokens[captured_nodes % sizeof node_tokens];
+        captured_nodes++;
+    }
+}
+
 int cuInit(unsigned flags) { (void)flags; return OK; }
 int cuDriverGetVersion(int *version) { *version = 13000; return OK; }
 int cuGetErrorName(int code, const char **name) { (void)code; *name = "CUDA_ERROR_FAKE"; return OK; }
@@ -36,7 +52,10 @@ int cuCtxPushCurrent_v2(void *context) { current_context = context; return OK; }
 int cuCtxPopCurrent_v2(void **context) { *context = current_context; current_context = 0; return OK; }
 int cuCtxGetDevice(int *device) { *device = 0; return OK; }
 int cuCtxGetId(void *context, unsigned long long *id) { *id = (unsigned long long)(size_t)context; return OK; }
-int cuCtxSynchronize(void) { return OK; }
+int cuCtxSynchronize(void) {
+    if (capturing) { capture_invalidated = 1; return CAPTURE_UNSUPPORTED; }
+    return OK;
+}
 int cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = *total = (size_t)1 << 34; return OK; }
 int cuLibraryLoadData(void **library) { *library = &library_token; return OK; }
 int cuLibraryGetKernel(void **kernel) { *kernel = &kernel_token; return OK; }
@@ -57,8 +76,8 @@ int cuEventRecord(void) { return OK; }
 int cuEventSynchronize(void) { return OK; }
 int cuEventQuery(void) { return OK; }
 int cuEventElapsedTime(float *ms) { *ms = 0.0f; return OK; }
-int cuLaunchKernel(void) { return OK; }
-int cuLaunchKernelEx(void) { return OK; }
+int cuLaunchKernel(void) { count_node(); return OK; }
+int cuLaunchKernelEx(void) { count_node(); return OK; }
 int cuMemAlloc_v2(uint64_t *ptr, size_t bytes) { (void)bytes; *ptr = 0x10000; return OK; }
 int cuMemFree_v2(void) { return OK; }
 int cuMemcpyHtoD_v2(void) { return OK; }
@@ -73,12 +92,34 @@ int cuPointerGetAttribute(int *value) { *value = 0; return OK; }
 int cuDeviceCanAccessPeer(int *can) { *can = 0; return OK; }
 int cuCtxEnablePeerAccess(void) { return OK; }
 int cuOccupancyMaxActiveClusters(int *clusters) { *clusters = 1; return OK; }
-int cuStreamBeginCapture_v2(void) { return OK; }
-int cuStreamEndCapture(void *stream, void **graph) { (void)stream; *graph = &library_token; return OK; }
+int cuStreamBeginCapture_v2(void) {
+    capturing = 1; capture_invalidated = 0; captured_nodes = 0; last_node = 0;
+    return OK;
+}
+int cuStreamEndCapture(void *stream, void **graph) {
+    (void)stream;
+    capturing = 0;
+    if (capture_invalidated) { *graph = 0; return CAPTURE_INVALIDATED; }
+    *graph = &library_token;
+    return OK;
+}
+int cuStreamGetCaptureInfo_v3(void *stream, int *status, unsigned long long *id, void **graph,
+                              void *const **dependencies, const void **edges, size_t *count) {
+    (void)stream;
+    *status = capturing ? (capture_invalidated ? 2 : 1) : 0;
+    *id = 1;
+    *graph = &library_token;
+    *dependencies = (void *const *)&last_node;
+    *edges = 0;
+    *count = last_node ? 1 : 0;
+    return OK;
+}
 int cuGraphInstantiateWithFlags(void **exec) { *exec = &library_token; return OK; }
 int cuGraphLaunch(void) { return OK; }
 int cuGraphExecDestroy(void) { return OK; }
 int cuGraphDestroy(void) { return OK; }
-int cuGraphGetNodes(void *graph, void **nodes, size_t *count) { (void)graph; (void)nodes; *count = 0; return OK; }
+int cuGraphGetNodes(void *graph, void **nodes, size_t *count) {
+    (void)graph; (void)nodes; *count = captured_nodes; return OK;
+}
 int cuGraphKernelNodeGetParams_v2(void *node, void *params) { (void)node; memset(params, 0, 72); return OK; }
 int cuGraphExecKernelNodeSetParams_v2(void) { return OK; }

@@ -313,6 +313,12 @@ impl GraphLaunch {
     fn kernel(&self, py: Python<'_>) -> Py<Kernel> {
         self.kernel.clone_ref(py)
     }
+
+    /// The arguments the node runs with now: those captured, or the last set.
+    #[getter]
+    fn args<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.packed.args().iter().map(|a| a.clone_ref(py)))
+    }
 }
 
 impl GraphLaunch {

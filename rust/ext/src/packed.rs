@@ -30,6 +30,11 @@ pub(crate) struct PackedArgs {
 }
 
 impl PackedArgs {
+    /// The arguments packed here, in order.
+    pub(crate) fn args(&self) -> &[Py<PyAny>] {
+        &self.args
+    }
+
     /// Packs the arguments classified in `scratch` (its `params` are overwritten).
     pub(crate) fn new(
         plan: &Plan,

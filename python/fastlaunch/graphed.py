@@ -1,0 +1,859 @@
+"""``fastlaunch.graphed``: a whole step captured once as a CUDA graph, then replayed.
+
+    @fastlaunch.graphed
+    def step(u, v):
+        heat[grid, block](v, u)          # launched without a stream
+        copy_edges[grid, block](v)
+        return v, u                      # optional: the next step's arguments
+
+    for _ in range(1000):
+        u, v = step(u, v)                # eager, captured, then replayed
+
+The first call with a new *form* of arguments runs the step eagerly (compiling what needs
+compiling). The second call with the same form captures it (the body runs in Python once
+more, its launches are recorded, nothing runs on the GPU) and replays the graph; every later
+call with that form replays it, with the arrays it was given put in place of those captured
+(``GraphLaunch.set_args``, only for the launches whose arrays changed).
+
+The contract (see ``docs/graphed.md``): what the step launches, in which order, with which
+configuration, must follow from the *form* of its arguments alone: kinds, dtypes, shapes,
+strides, aliasing, devices of its arrays, and the values of its scalars and other plain
+arguments. That form is the guard key, computed on every call; a call whose form has no
+graph yet runs eagerly. Data on the GPU may of course differ from call to call.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import operator
+import sys
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from fastlaunch import _core
+from fastlaunch._core import Graph
+from fastlaunch.errors import CudaUnavailableError
+from fastlaunch.streams import (
+    default_stream_policy,
+    event,
+    external_stream,
+    ordering_enabled,
+)
+from fastlaunch.streams import stream as new_stream
+
+__all__ = ["GraphCaptureWarning", "GraphedCheckError", "GraphedStep", "graphed"]
+
+
+class GraphCaptureWarning(RuntimeWarning):
+    """A graphed step could not be captured and runs eagerly from now on (given once)."""
+
+
+class GraphedCheckError(AssertionError):
+    """``check=True``: a replayed graph and the eager step disagreed."""
+
+
+_tls = threading.local()
+
+# -- forms: the guard key ------------------------------------------------------------------
+
+# Argument kinds. Arrays and streams are leaves: the graph is re-pointed at new ones.
+# Objects are leaves too, but keyed by identity (the step may read anything from them).
+_SCALAR, _VALUE, _SEQ, _ARRAY, _STREAM, _OBJECT = range(6)
+
+
+def _float_bits(x: float) -> str:
+    return x.hex()  # exact, and tells -0.0 from 0.0 and NaN from itself
+
+
+def _complex_bits(x: complex) -> tuple[str, str]:
+    return (x.real.hex(), x.imag.hex())
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _torch_form(x: Any) -> tuple:
+    return (x.dtype, x.shape, x.stride(), x.device)
+
+
+def _cupy_form(x: Any) -> tuple:
+    return (x.dtype, x.shape, x.strides, x.device.id)
+
+
+def _numba_form(x: Any) -> tuple:
+    return (x.dtype, x.shape, x.strides)
+
+
+def _cai_form(x: Any) -> tuple:
+    cai = x.__cuda_array_interface__
+    strides = cai.get("strides")
+    return (cai["typestr"], tuple(cai["shape"]), strides and tuple(strides), cai["data"][1])
+
+
+def _attribute_form(x: Any) -> tuple:
+    return (
+        str(getattr(x, "dtype", None)),
+        tuple(getattr(x, "shape", ()) or ()),
+        getattr(x, "strides", None),
+        getattr(x, "size", None),
+        getattr(x, "device_id", None),
+        getattr(x, "readonly", None),
+    )
+
+
+def _stream_form(x: Any) -> Any:
+    return _stream_handle(x)
+
+
+def _stream_handle(x: Any) -> int:
+    if isinstance(x, int):
+        return x
+    return int(x.__cuda_stream__()[1])
+
+
+def _is_numpy_scalar(t: type) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and issubclass(t, numpy.generic)
+
+
+def _classify_type(t: type) -> tuple[int, Callable[[Any], Any]]:
+    """How arguments of type ``t`` enter the guard key."""
+    if t is bool or t is int:
+        return _SCALAR, _identity
+    if t is float:
+        return _SCALAR, _float_bits
+    if t is complex:
+        return _SCALAR, _complex_bits
+    if issubclass(t, (tuple, list)):
+        return _SEQ, _identity
+    if t is type(None) or issubclass(t, (str, bytes, enum.Enum)):
+        return _VALUE, _identity
+    if issubclass(t, (int, float)) and not _is_numpy_scalar(t):
+        return _SCALAR, _identity
+    if _is_numpy_scalar(t):
+        return _SCALAR, lambda x: (x.dtype, x.tobytes())
+    module = t.__module__ or ""
+    torch = sys.modules.get("torch")
+    if torch is not None and issubclass(t, torch.Tensor):
+        return _ARRAY, _torch_form
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and issubclass(t, cupy.ndarray):
+        return _ARRAY, _cupy_form
+    devicearray = sys.modules.get("numba.cuda.cudadrv.devicearray")
+    if devicearray is not None and issubclass(t, devicearray.DeviceNDArray):
+        return _ARRAY, _numba_form
+    if hasattr(t, "__cuda_stream__") or issubclass(t, _core.Stream):
+        return _STREAM, _stream_form
+    if hasattr(t, "__cuda_array_interface__"):
+        return _ARRAY, _cai_form
+    if hasattr(t, "__dlpack__") or module.startswith("cuda.core"):
+        return _ARRAY, _attribute_form
+    return _OBJECT, id
+
+
+_kinds: dict[type, tuple[int, Callable[[Any], Any]]] = {}
+
+
+def _kind(t: type) -> tuple[int, Callable[[Any], Any]]:
+    known = _kinds.get(t)
+    if known is None:
+        known = _kinds[t] = _classify_type(t)
+    return known
+
+
+def _part(x: Any, leaves: list[Any], kinds: list[int], seen: dict[int, int]) -> Any:
+    """One argument's part of the key; leaves are collected (each object once)."""
+    t = type(x)
+    kind, describe = _kinds.get(t) or _kind(t)
+    if kind < _SEQ:
+        return (t, describe(x))
+    if kind == _SEQ:
+        return (t, tuple([_part(v, leaves, kinds, seen) for v in x]))
+    i = seen.get(id(x))
+    if i is not None:
+        return i  # aliasing is part of the form
+    if kind == _OBJECT and hasattr(x, "__cuda_array_interface__"):
+        kind, describe = _ARRAY, _cai_form  # an interface set on the instance
+    seen[id(x)] = len(leaves)
+    leaves.append(x)
+    kinds.append(kind)
+    return (t, describe(x))
+
+
+_stable_types: dict[type, bool] = {}
+
+
+def _stable(t: type) -> bool:
+    """Whether an argument of type ``t`` keeps its form for as long as it lives: numba
+    device arrays (fastlaunch relies on this too), immutable scalars and values, streams."""
+    known = _stable_types.get(t)
+    if known is None:
+        kind, describe = _kind(t)
+        known = (
+            kind in (_SCALAR, _VALUE, _STREAM) and t not in (list, tuple)
+        ) or describe is _numba_form
+        _stable_types[t] = known
+    return known
+
+
+def _device() -> int:
+    try:
+        device = _core.current_device()
+    except CudaUnavailableError:
+        return 0  # the step's launches say why
+    return 0 if device is None else device  # launches with no current context use device 0
+
+
+def _form(args: tuple, kwargs: dict) -> tuple[tuple, list[Any], list[int]]:
+    """The guard key of a call, its leaves (arrays, streams, objects; each object once, in
+    order of first appearance) and their kinds. A leaf seen again is keyed by its index,
+    so aliasing is part of the key."""
+    leaves: list[Any] = []
+    kinds: list[int] = []
+    seen: dict[int, int] = {}
+    key: list[Any] = [_device()]
+    for x in args:  # _part, inlined for the top level
+        t = type(x)
+        kind, describe = _kinds.get(t) or _kind(t)
+        if kind < _SEQ:
+            key.append((t, describe(x)))
+            continue
+        if kind == _SEQ or kind == _OBJECT:
+            key.append(_part(x, leaves, kinds, seen))
+            continue
+        i = seen.get(id(x))
+        if i is not None:
+            key.append(i)
+            continue
+        seen[id(x)] = len(leaves)
+        leaves.append(x)
+        kinds.append(kind)
+        key.append((t, describe(x)))
+    if kwargs:
+        key.append(tuple((n, _part(v, leaves, kinds, seen)) for n, v in sorted(kwargs.items())))
+    return tuple(key), leaves, kinds
+
+
+# -- memory extents: which arrays a step derived from its arguments -------------------------
+
+
+def _extent(x: Any) -> tuple[int, int] | None:
+    """The device address range an array covers, or None if it is not a known array."""
+    try:
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(x, torch.Tensor):
+            pointer, itemsize = x.data_ptr(), x.element_size()
+            shape, strides = tuple(x.shape), tuple(s * itemsize for s in x.stride())
+        elif hasattr(x, "__cuda_array_interface__"):
+            cai = x.__cuda_array_interface__
+            pointer = cai["data"][0]
+            shape = tuple(cai["shape"])
+            itemsize = int(cai["typestr"][2:])
+            strides = cai.get("strides")
+            if strides is None:
+                strides, step = [], itemsize
+                for n in reversed(shape):
+                    strides.insert(0, step)
+                    step *= n
+        elif hasattr(x, "ptr") and hasattr(x, "shape"):  # cuda.core StridedMemoryView
+            pointer, itemsize = int(x.ptr), x.dtype.itemsize
+            shape = tuple(x.shape)
+            strides = x.strides
+            if strides is None:
+                strides, step = [], itemsize
+                for n in reversed(shape):
+                    strides.insert(0, step)
+                    step *= n
+            else:
+                strides = [s * itemsize for s in strides]
+        elif hasattr(x, "handle") and hasattr(x, "size"):  # cuda.core Buffer
+            return (int(x.handle), int(x.handle) + int(x.size))
+        else:
+            return None
+    except Exception:
+        return None
+    if not pointer or any(n == 0 for n in shape):
+        return None
+    low = pointer + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides, strict=True))
+    high = pointer + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides, strict=True))
+    return (low, high + itemsize)
+
+
+def _overlapping(extent: tuple[int, int] | None, extents: list) -> list[int]:
+    if extent is None:
+        return []
+    low, high = extent
+    return [i for i, e in enumerate(extents) if e is not None and e[0] < high and low < e[1]]
+
+
+# -- one captured graph ---------------------------------------------------------------------
+
+
+class _Entry:
+    """A captured graph and how to put a call's arguments into it."""
+
+    __slots__ = (
+        "bindings",
+        "bound",
+        "deps",
+        "fill",
+        "foreign",
+        "graph",
+        "handle",
+        "launches",
+        "pinned",
+        "repoint",
+        "result",
+        "statics",
+    )
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.launches = graph.launches
+        self.bindings: list[tuple[int, ...]] = []  # per launch, per argument: leaf or -1
+        self.statics: list[tuple[Any, ...]] = []  # per launch: the captured arguments
+        self.deps: dict[int, list[int]] = {}  # leaf index -> launches that take it
+        self.repoint: tuple[int, ...] = ()  # leaves some launch takes
+        self.bound: list[Any] = []  # the leaves the launches hold now (by leaf index)
+        self.pinned: tuple[Any, ...] = ()  # leaves that must be passed again as they are
+        self.result: Any = None  # template of the return value
+        self.foreign = False  # torch or CuPy arrays among the leaves: order after their streams
+        self.handle: int | None = None  # the replay stream, when the form fixes it
+        self.fill: Callable[[list[Any]], Any] = lambda leaves: None  # the return value
+
+
+def _template(value: Any, index: dict[int, int]) -> Any:
+    """The return value in terms of leaves: ("leaf", i), ("seq", type, items) or the
+    object itself (returned as captured)."""
+    i = index.get(id(value))
+    if i is not None:
+        return ("leaf", i)
+    if type(value) in (tuple, list):
+        return ("seq", type(value), tuple(_template(v, index) for v in value))
+    return ("static", value)
+
+
+def _fill(template: Any, leaves: list[Any]) -> Any:
+    tag = template[0]
+    if tag == "leaf":
+        return leaves[template[1]]
+    if tag == "seq":
+        return template[1](_fill(t, leaves) for t in template[2])
+    return template[1]
+
+
+def _filler(template: Any) -> Callable[[list[Any]], Any]:
+    """``_fill`` for one template, with the common cases made fast."""
+    tag = template[0]
+    if tag == "static":
+        value = template[1]
+        return lambda leaves: value
+    if tag == "leaf":
+        return operator.itemgetter(template[1])
+    if template[1] is tuple and len(template[2]) >= 2 and all(t[0] == "leaf" for t in template[2]):
+        return operator.itemgetter(*(t[1] for t in template[2]))
+    return lambda leaves: _fill(template, leaves)
+
+
+def _walk(value: Any, out: list[Any]) -> None:
+    if type(value) in (tuple, list):
+        for v in value:
+            _walk(v, out)
+    else:
+        out.append(value)
+
+
+# -- host copies for check=True -------------------------------------------------------------
+
+
+def _to_host(x: Any) -> Any:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    from numba import cuda
+
+    return cuda.as_cuda_array(x).copy_to_host()
+
+
+def _from_host(x: Any, host: Any) -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        with torch.no_grad():
+            x.copy_(torch.from_numpy(host))
+        return
+    from numba import cuda
+
+    cuda.as_cuda_array(x).copy_to_device(host)
+
+
+# -- the step -------------------------------------------------------------------------------
+
+
+class GraphedStep:
+    """A step function run as a replayed CUDA graph; see :func:`graphed`."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        steps: int = 1,
+        check: bool = False,
+        cache_size: int = 8,
+        per_form: int = 2,
+        mode: str = "thread_local",
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"graphed() takes a function, not {type(fn).__name__}")
+        if not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be a positive integer, not {steps!r}")
+        if not isinstance(cache_size, int) or cache_size < 1:
+            raise ValueError(f"cache_size must be a positive integer, not {cache_size!r}")
+        if not isinstance(per_form, int) or per_form < 1:
+            raise ValueError(f"per_form must be a positive integer, not {per_form!r}")
+        if mode not in ("global", "thread_local", "relaxed"):
+            raise ValueError(f"capture mode is 'global', 'thread_local' or 'relaxed', not {mode!r}")
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.steps = steps
+        self.check = check
+        self.cache_size = cache_size
+        self.per_form = per_form
+        self.mode = mode
+        #: calls by path: eager (new or unseen forms, uncapturable steps), captures, replays;
+        #: updates (launches re-pointed), evictions, failed_captures, checks
+        self.counters: dict[str, int] = dict.fromkeys(
+            ("eager", "captures", "replays", "updates", "evictions", "failed_captures", "checks"),
+            0,
+        )
+        #: why the step runs eagerly for good (a capture failed), or None
+        self.uncapturable: str | None = None
+        self._graphs: OrderedDict[Any, list[_Entry]] = OrderedDict()
+        self._seen: OrderedDict[Any, None] = OrderedDict()
+        self._pins: dict[Any, tuple[int, ...]] = {}
+        self._stream: Any = None
+        self._lock = threading.RLock()
+        self._recent: list[Any] = [None, None]
+        self._generation = 0  # changes whenever graphs are added or dropped
+        self._mru: Any = None  # the key last moved to the end of the LRU
+        self._last_stream = 0
+
+    # -- the public surface ----------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.uncapturable is not None or getattr(_tls, "capturing", False):
+            self.counters["eager"] += 1
+            return self._run(args, kwargs)
+        with self._lock:  # graphs are re-pointed, then replayed: one thread at a time
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
+        # The last two calls whose arguments cannot change form under the same identity
+        # (numba arrays, immutable scalars, streams) are remembered with their form and
+        # graphs: the very same objects again (a loop passing the same buffers, or two
+        # swapped ones) skip computing the form and looking it up.
+        try:
+            device = _core.current_device()
+        except CudaUnavailableError:
+            device = None  # the step's launches say why
+        if device is None:
+            device = 0  # launches with no current context use device 0
+        slot = None
+        if not kwargs:
+            for known in self._recent:
+                if (
+                    known is not None
+                    and known[1] == device
+                    and len(known[0]) == len(args)
+                    and all(map(operator.is_, args, known[0]))
+                ):
+                    slot = known
+                    break
+        if slot is not None:
+            form, leaves, kinds = slot[2], slot[3], slot[4]
+            if slot[6] == self._generation:  # the cache is as it was: its graphs still are
+                key, entries = slot[5], slot[7]
+                if self._mru is not key:
+                    self._graphs.move_to_end(key)
+                    self._mru = key
+                return self._with(entries, form, key, args, kwargs, leaves, kinds)
+        else:
+            form, leaves, kinds = _form(args, kwargs)
+            if not kwargs and all(_stable(type(a)) for a in args):
+                slot = [args, device, form, leaves, kinds, None, -1, None]
+                self._recent = [slot, self._recent[0]]
+        key = form
+        pins = self._pins.get(form)
+        if pins is not None:
+            key = (form, tuple(id(leaves[i]) for i in pins))
+        entries = self._graphs.get(key)
+        if entries is not None:
+            self._graphs.move_to_end(key)
+            self._mru = key
+            if slot is not None:
+                slot[5], slot[6], slot[7] = key, self._generation, entries
+            return self._with(entries, form, key, args, kwargs, leaves, kinds)
+        if key not in self._seen:
+            self._seen[key] = None
+            if len(self._seen) > 4 * self.cache_size:
+                self._seen.popitem(last=False)
+            self.counters["eager"] += 1
+            return self._run(args, kwargs)
+        entry = self._capture(form, key, args, kwargs, leaves, kinds)
+        if entry is None:
+            self.counters["eager"] += 1
+            return self._run(args, kwargs)
+        if self.check:
+            return self._checked(entry, args, kwargs, leaves, kinds)
+        return self._replay(entry, leaves, kinds)
+
+    def _with(
+        self,
+        entries: list[_Entry],
+        form: Any,
+        key: Any,
+        args: tuple,
+        kwargs: dict,
+        leaves: list[Any],
+        kinds: list[int],
+    ) -> Any:
+        """The call, with the graphs cached for its form."""
+        entry = None
+        for i, candidate in enumerate(entries):  # one that holds these arrays already
+            bound = candidate.bound
+            for k in candidate.repoint:
+                if leaves[k] is not bound[k]:
+                    break
+            else:
+                entry = candidate
+                if i:
+                    entries.insert(0, entries.pop(i))
+                break
+        if entry is None:  # no graph of this form holds these arrays
+            if len(entries) < self.per_form:
+                entry = self._capture(form, key, args, kwargs, leaves, kinds)
+                if entry is None:
+                    self.counters["eager"] += 1
+                    return self._run(args, kwargs)
+            else:
+                entry = entries.pop()  # the least recently used: re-pointed
+                entries.insert(0, entry)
+        if self.check:
+            return self._checked(entry, args, kwargs, leaves, kinds)
+        return self._replay(entry, leaves, kinds)
+
+    @property
+    def graph_count(self) -> int:
+        """Graphs cached now (at most ``cache_size`` forms of ``per_form`` graphs each)."""
+        return sum(map(len, self._graphs.values()))
+
+    def synchronize(self) -> None:
+        """Waits for the stream this step last replayed on; an error from it (a fault in a
+        replayed kernel) names the step."""
+        try:
+            external_stream(self._last_stream).synchronize()
+        except Exception as e:
+            e.add_note(f"after replaying the CUDA graph of graphed step {self.__qualname__}")
+            raise
+
+    def clear(self) -> None:
+        """Drops every cached graph (and the arguments they hold) and the forms seen."""
+        self._recent = [None, None]
+        self._generation += 1
+        self._graphs.clear()
+        self._seen.clear()
+        self._pins.clear()
+
+    def __repr__(self) -> str:
+        return (
+            f"<fastlaunch.graphed {self.__qualname__} steps={self.steps} "
+            f"graphs={len(self._graphs)}>"
+        )
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        return functools.partial(self, instance)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _run(self, args: tuple, kwargs: dict) -> Any:
+        """The step eagerly: ``steps`` calls, each given the previous one's return value
+        (a tuple of arguments; None: the same arguments again)."""
+        result = None
+        for _ in range(self.steps):
+            result = self.fn(*args, **kwargs)
+            if result is not None:
+                args = result if type(result) is tuple else (result,)
+        return result
+
+    def _stream_leaf(self, leaves: list[Any], kinds: list[int]) -> Any:
+        streams = [leaf for leaf, kind in zip(leaves, kinds, strict=True) if kind == _STREAM]
+        if len(streams) == 1 and _stream_handle(streams[0]) > 2:
+            return streams[0]
+        return None
+
+    def _replay_stream(self, leaves: list[Any], kinds: list[int]) -> int:
+        """The stream the step's launches without a stream would have used."""
+        given = self._stream_leaf(leaves, kinds)
+        if given is not None:
+            return _stream_handle(given)
+        if default_stream_policy() == "follow":
+            torch = sys.modules.get("torch")
+            if torch is not None and any(isinstance(x, torch.Tensor) for x in leaves):
+                return int(torch.cuda.current_stream().cuda_stream)
+            cupy = sys.modules.get("cupy")
+            if cupy is not None and any(isinstance(x, cupy.ndarray) for x in leaves):
+                return int(cupy.cuda.get_current_stream().ptr)
+        return 0
+
+    def _order_inputs(self, handle: int, leaves: list[Any]) -> None:
+        """As eager launches do: the replay waits for torch's or CuPy's current stream when
+        their arrays are arguments and that stream is another one."""
+        producers = set()
+        torch = sys.modules.get("torch")
+        if torch is not None and any(isinstance(x, torch.Tensor) for x in leaves):
+            producers.add(int(torch.cuda.current_stream().cuda_stream))
+        cupy = sys.modules.get("cupy")
+        if cupy is not None and any(isinstance(x, cupy.ndarray) for x in leaves):
+            producers.add(int(cupy.cuda.get_current_stream().ptr))
+        producers.discard(handle)
+        for producer in producers:
+            done = event(timing=False)
+            done.record(external_stream(producer))
+            external_stream(handle).wait_event(done)
+
+    def _replay(self, entry: _Entry, leaves: list[Any], kinds: list[int]) -> Any:
+        bound = entry.bound
+        dirty: set[int] | None = None
+        for k in entry.repoint:
+            leaf = leaves[k]
+            if leaf is not bound[k]:
+                bound[k] = leaf
+                if dirty is None:
+                    dirty = set()
+                dirty.update(entry.deps[k])
+        if dirty:
+            try:
+                for i in sorted(dirty):
+                    entry.launches[i].set_args(
+                        *[
+                            leaves[b] if b >= 0 else s
+                            for b, s in zip(entry.bindings[i], entry.statics[i], strict=True)
+                        ]
+                    )
+            except BaseException:
+                # some launches hold the new arrays, some the old: re-point all next time
+                entry.bound = [None] * len(bound)
+                raise
+            self.counters["updates"] += len(dirty)
+        handle = entry.handle
+        if handle is None:
+            handle = self._replay_stream(leaves, kinds)
+        if entry.foreign and ordering_enabled():
+            self._order_inputs(handle, leaves)
+        self._last_stream = handle
+        try:
+            entry.graph.replay(handle)
+        except Exception as e:
+            e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
+            raise
+        self.counters["replays"] += 1
+        return entry.fill(leaves)
+
+    def _checked(
+        self, entry: _Entry, args: tuple, kwargs: dict, leaves: list[Any], kinds: list[int]
+    ) -> Any:
+        """check=True: the step eagerly, then the graph from the same inputs; every array
+        argument must come out bit for bit the same."""
+        arrays = [
+            (i, leaf)
+            for i, (leaf, kind) in enumerate(zip(leaves, kinds, strict=True))
+            if kind == _ARRAY
+        ]
+        _core.synchronize()
+        inputs = [_to_host(a) for _, a in arrays]
+        self._run(args, kwargs)
+        _core.synchronize()
+        expected = [_to_host(a) for _, a in arrays]
+        for (_, a), host in zip(arrays, inputs, strict=True):
+            _from_host(a, host)
+        _core.synchronize()
+        result = self._replay(entry, leaves, kinds)
+        try:
+            _core.synchronize()
+        except Exception as e:
+            e.add_note(f"in the CUDA graph of graphed step {self.__qualname__}")
+            raise
+        self.counters["checks"] += 1
+        for (i, a), want in zip(arrays, expected, strict=True):
+            got = _to_host(a)
+            if got.shape != want.shape or got.tobytes() != want.tobytes():
+                raise GraphedCheckError(
+                    f"graphed step {self.__qualname__}: argument array {i} "
+                    f"({type(a).__name__} {getattr(a, 'shape', '')}) differs between the "
+                    "replayed graph and the eager step; the step's launches depend on "
+                    "something its arguments' form does not show"
+                )
+        return result
+
+    # -- capturing -------------------------------------------------------------------------
+
+    def _capture_stream(self, leaves: list[Any], kinds: list[int]) -> Any:
+        given = self._stream_leaf(leaves, kinds)
+        if given is not None:
+            return given
+        if self._stream is None:
+            # blocking: work on the legacy default stream during the capture (host copies,
+            # torch or CuPy work on their default stream) then invalidates it, so such a
+            # step falls back to eager instead of replaying without that work
+            self._stream = new_stream(non_blocking=False)
+        return self._stream
+
+    def _capture(
+        self,
+        form: Any,
+        key: Any,
+        args: tuple,
+        kwargs: dict,
+        leaves: list[Any],
+        kinds: list[int],
+    ) -> _Entry | None:
+        graph = Graph(self._capture_stream(leaves, kinds), self.mode)
+        try:
+            graph.__enter__()
+        except Exception:
+            # not the step's fault (this thread captures a fastlaunch graph already, whose
+            # capture then takes the step's launches): eager this time, captured later
+            return None
+        _tls.capturing = True
+        try:
+            try:
+                result = self._run(args, kwargs)
+            except BaseException as e:
+                graph.__exit__(type(e), e, e.__traceback__)  # ends the capture, drops it
+                raise
+            graph.__exit__(None, None, None)  # ends the capture; raises if it was invalidated
+        except Exception as e:
+            self._give_up(e)
+            return None
+        finally:
+            _tls.capturing = False
+        self.counters["captures"] += 1
+        entry = self._analyse(graph, result, leaves, kinds)
+        if entry.pinned:
+            pins = tuple(i for i, leaf in enumerate(leaves) if any(leaf is p for p in entry.pinned))
+            self._pins[form] = pins
+            key = (form, tuple(id(leaves[i]) for i in pins))
+        self._generation += 1
+        self._graphs.setdefault(key, []).insert(0, entry)
+        self._graphs.move_to_end(key)
+        self._mru = key
+        while len(self._graphs) > self.cache_size:
+            self._graphs.popitem(last=False)
+            self.counters["evictions"] += 1
+        return entry
+
+    def _analyse(self, graph: Graph, result: Any, leaves: list[Any], kinds: list[int]) -> _Entry:
+        entry = _Entry(graph)
+        index = {id(leaf): i for i, leaf in enumerate(leaves)}
+        array_leaves = [i for i, kind in enumerate(kinds) if kind == _ARRAY]
+        extents: list[Any] = [None] * len(leaves)
+        for i in array_leaves:
+            extents[i] = _extent(leaves[i])
+        pinned: set[int] = set()
+        if graph.node_count > len(entry.launches):
+            # work fastlaunch cannot re-point (launches with tuple arguments, launches
+            # through numba-cuda, library work): replay only with these very arrays
+            pinned.update(array_leaves)
+        for n, launch in enumerate(entry.launches):
+            captured = launch.args
+            binding = []
+            for arg in captured:
+                i = index.get(id(arg))
+                if i is not None and kinds[i] == _ARRAY:
+                    binding.append(i)
+                    entry.deps.setdefault(i, []).append(n)
+                    continue
+                binding.append(-1)
+                # an array derived from an argument (a view, a slice): the graph holds the
+                # captured view, so its base must be passed again as the same object
+                pinned.update(_overlapping(_extent(arg), extents))
+            entry.bindings.append(tuple(binding))
+            entry.statics.append(captured)
+        returned: list[Any] = []
+        _walk(result, returned)
+        for value in returned:
+            if id(value) not in index:
+                pinned.update(_overlapping(_extent(value), extents))
+        entry.repoint = tuple(sorted(entry.deps))
+        entry.bound = list(leaves)
+        entry.pinned = tuple(leaves[i] for i in sorted(pinned))
+        entry.result = _template(result, index)
+        entry.foreign = any(
+            type(leaves[i]).__module__.split(".")[0] in ("torch", "cupy") for i in array_leaves
+        )
+        entry.fill = _filler(entry.result)
+        given = self._stream_leaf(leaves, kinds)
+        if given is not None:
+            entry.handle = _stream_handle(given)  # part of the form
+        elif not entry.foreign:
+            entry.handle = 0  # launches with no stream: the legacy default stream
+        return entry
+
+    def _give_up(self, error: BaseException) -> None:
+        self.counters["failed_captures"] += 1
+        reason = f"{type(error).__name__}: {error}"
+        self.uncapturable = reason
+        self._generation += 1
+        self._graphs.clear()
+        warnings.warn(
+            f"fastlaunch.graphed: {self.__qualname__} cannot be captured as a CUDA graph "
+            f"({reason}); it runs eagerly from now on. Host copies, synchronisation, "
+            "allocations, records and work on the default stream cannot be captured.",
+            GraphCaptureWarning,
+            stacklevel=4,
+        )
+
+
+def graphed(
+    fn: Callable[..., Any] | None = None,
+    *,
+    steps: int = 1,
+    check: bool = False,
+    cache_size: int = 8,
+    per_form: int = 2,
+    mode: str = "thread_local",
+) -> Any:
+    """Runs a step function (one that launches fastlaunch kernels) as a CUDA graph.
+
+    ``@graphed`` or ``@graphed(steps=k, check=..., cache_size=..., mode=...)``.
+
+    - The first call with a new form of arguments runs eagerly; the second captures; later
+      ones replay, with new array arguments put in place. The form (the guard key) is:
+      kinds, dtypes, shapes, strides, devices and aliasing of the array arguments, the exact
+      values of scalars and other plain arguments (str, None, enums), the identity of other
+      objects, the handle of stream arguments, and the current device.
+    - ``steps=k``: a call runs the step k times, each call given the previous one's return
+      value (a tuple of arguments; None: the same arguments), all in one graph.
+    - ``check=True``: each graph call also runs eagerly from the same inputs and the array
+      arguments must come out bit for bit the same (slow: for testing a step).
+    - ``cache_size``: forms kept per step (least recently used dropped first);
+      ``per_form``: graphs kept per form, each holding other arrays (2: a ping-pong loop
+      replays without re-pointing anything; past that, the least recently used graph of
+      the form is re-pointed).
+    - ``mode``: the capture mode (``"thread_local"``, ``"global"`` or ``"relaxed"``).
+
+    Counters in ``step.counters``; ``step.uncapturable`` says why a step runs eagerly.
+    """
+
+    def wrap(f: Callable[..., Any]) -> GraphedStep:
+        return GraphedStep(
+            f, steps=steps, check=check, cache_size=cache_size, per_form=per_form, mode=mode
+        )
+
+    return wrap if fn is None else wrap(fn)

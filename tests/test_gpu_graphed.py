@@ -1,0 +1,312 @@
+"""``fastlaunch.graphed`` on the GPU: replayed steps give bit for bit what eager launches
+give, re-pointed arrays, streams, fallbacks, check mode, arguments kept alive, faults."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import fastlaunch as fl
+
+pytestmark = pytest.mark.gpu
+
+N = 128
+BLOCK = (16, 16)
+GRID = (N // 16, N // 16)
+
+
+@fl.jit
+def diffuse(out, u, k):
+    i, j = cuda.grid(2)
+    n, m = u.shape
+    if 0 < i < n - 1 and 0 < j < m - 1:
+        out[i, j] = u[i, j] + k * (
+            u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4 * u[i, j]
+        )
+
+
+@fl.jit
+def hold_edges(out, u):
+    i, j = cuda.grid(2)
+    n, m = u.shape
+    if i < n and j < m and (i == 0 or j == 0 or i == n - 1 or j == m - 1):
+        out[i, j] = u[i, j]
+
+
+@fl.jit
+def add_scaled(out, a, s):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] += s * a[i]
+
+
+def heat(u, v, k):
+    diffuse[GRID, BLOCK](v, u, k)
+    hold_edges[GRID, BLOCK](v, u)
+    return v, u
+
+
+def start() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    return rng.random((N, N)).astype(np.float32)
+
+
+def run_eager(steps: int) -> np.ndarray:
+    u, v = cuda.to_device(start()), cuda.to_device(start())
+    for _ in range(steps):
+        u, v = heat(u, v, np.float32(0.2))
+    fl.synchronize()
+    return u.copy_to_host()
+
+
+@pytest.mark.parametrize("unroll", [1, 2, 5])
+def test_heat_steps_are_bit_identical_to_eager(unroll):
+    steps = 50
+    step = fl.graphed(heat, steps=unroll)
+    u, v = cuda.to_device(start()), cuda.to_device(start())
+    for _ in range(steps // unroll):
+        u, v = step(u, v, np.float32(0.2))
+    fl.synchronize()
+    # an odd number of steps per call swaps the buffers: a second graph holds them swapped
+    assert step.counters["captures"] == (1 if unroll % 2 == 0 else 2)
+    assert step.counters["replays"] == steps // unroll - 1
+    assert step.counters["updates"] == 0
+    assert step.counters["eager"] == 1 and step.counters["failed_captures"] == 0
+    np.testing.assert_array_equal(u.copy_to_host(), run_eager(steps))
+
+
+def test_new_arrays_each_call_are_put_in_place():
+    step = fl.graphed(heat)
+    outs = []
+    for seed in range(4):
+        u = cuda.to_device(start() + seed)
+        v = cuda.to_device(np.zeros((N, N), np.float32))
+        step(u, v, np.float32(0.1))
+        outs.append((seed, v))
+    fl.synchronize()
+    for seed, v in outs:
+        expected_u = cuda.to_device(start() + seed)
+        expected_v = cuda.to_device(np.zeros((N, N), np.float32))
+        heat(expected_u, expected_v, np.float32(0.1))
+        fl.synchronize()
+        np.testing.assert_array_equal(v.copy_to_host(), expected_v.copy_to_host())
+    # calls 2 and 3 capture (two graphs per form), call 4 re-points the older graph
+    assert step.counters["replays"] == 3 and step.counters["captures"] == 2
+    assert step.counters["updates"] == 2
+
+
+def test_a_changed_scalar_runs_eagerly_then_gets_its_own_graph():
+    step = fl.graphed(heat)
+    u, v = cuda.to_device(start()), cuda.to_device(start())
+    for k in (0.1, 0.1, 0.2, 0.1, 0.2, 0.2):
+        u, v = step(u, v, np.float32(k))
+    fl.synchronize()
+    # 0.1: eager, captured (v, u), replayed; 0.2: eager, captured (u, v), then (v, u)
+    assert step.counters["eager"] == 2 and step.counters["captures"] == 3
+    assert step.graph_count == 3
+    e_u, e_v = cuda.to_device(start()), cuda.to_device(start())
+    for k in (0.1, 0.1, 0.2, 0.1, 0.2, 0.2):
+        e_u, e_v = heat(e_u, e_v, np.float32(k))
+    fl.synchronize()
+    np.testing.assert_array_equal(u.copy_to_host(), e_u.copy_to_host())
+
+
+def test_views_of_arguments_pin_the_graph_and_stay_correct():
+    @fl.graphed
+    def interior(a, b):
+        add_scaled[1, 64](a[1:-1], b[2:], np.float32(2))
+
+    a = cuda.to_device(np.zeros(66, np.float32))
+    b = cuda.to_device(np.arange(66, dtype=np.float32))
+    c = cuda.to_device(np.ones(66, np.float32))
+    for _ in range(3):
+        interior(a, b)
+    interior(a, c)  # a new base for a view: eager (new pinned form)
+    fl.synchronize()
+    expected = np.zeros(66, np.float32)
+    for _ in range(3):
+        expected[1:-1] += 2 * np.arange(66, dtype=np.float32)[2:]
+    expected[1:-1] += 2
+    np.testing.assert_array_equal(a.copy_to_host(), expected)
+    assert interior.counters["captures"] == 1 and interior.counters["replays"] == 2
+
+
+def test_on_a_stream_argument():
+    s = fl.stream()
+
+    @fl.graphed
+    def step(out, a, stream):
+        add_scaled[4, 64, stream](out, a, np.float32(1))
+        add_scaled[4, 64](out, a, np.float32(1))  # no stream: the step's stream
+
+    out = cuda.to_device(np.zeros(256, np.float32))
+    a = cuda.to_device(np.arange(256, dtype=np.float32))
+    for _ in range(4):
+        step(out, a, s)
+    s.synchronize()
+    fl.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 8 * np.arange(256, dtype=np.float32))
+    assert step.counters["replays"] == 3
+
+
+def test_torch_tensors():
+    torch = pytest.importorskip("torch")
+    step = fl.graphed(heat)
+    u = torch.tensor(start(), device="cuda")
+    v = u.clone()
+    e_u, e_v = u.clone(), u.clone()
+    torch.cuda.synchronize()
+    for _ in range(20):
+        u, v = step(u, v, np.float32(0.2))
+        e_u, e_v = heat(e_u, e_v, np.float32(0.2))
+    torch.cuda.synchronize()
+    fl.synchronize()
+    assert torch.equal(u, e_u)
+    assert step.counters["replays"] == 19
+
+
+def test_a_host_copy_in_the_step_makes_it_eager_with_one_warning():
+    seen = []
+
+    @fl.graphed
+    def step(out, a):
+        add_scaled[4, 64](out, a, np.float32(1))
+        seen.append(out.copy_to_host()[0])  # a host copy: cannot be captured
+
+    out = cuda.to_device(np.zeros(256, np.float32))
+    a = cuda.to_device(np.ones(256, np.float32))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", fl.GraphCaptureWarning)
+        for _ in range(4):
+            step(out, a)
+    fl.synchronize()
+    ours = [w for w in caught if issubclass(w.category, fl.GraphCaptureWarning)]
+    assert len(ours) == 1 and "step cannot be captured" in str(ours[0].message)
+    assert step.uncapturable and step.counters["captures"] == 0
+    np.testing.assert_array_equal(out.copy_to_host(), 4)  # each call ran exactly once
+    # the stream is not left capturing: ordinary launches and captures work
+    add_scaled[4, 64](out, a, np.float32(1))
+    fl.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 5)
+
+
+def test_a_torch_operation_on_the_default_stream_makes_the_step_eager():
+    torch = pytest.importorskip("torch")
+
+    @fl.graphed
+    def step(x):
+        add_scaled[1, 128](x, x, np.float32(1))  # x += x
+        x.mul_(0.5)  # torch, on its default stream: not capturable here
+
+    x = torch.ones(128, device="cuda")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", fl.GraphCaptureWarning)
+        for _ in range(3):
+            step(x)
+    torch.cuda.synchronize()
+    fl.synchronize()
+    assert len([w for w in caught if issubclass(w.category, fl.GraphCaptureWarning)]) == 1
+    assert step.uncapturable and step.counters["captures"] == 0
+    assert torch.equal(x, torch.ones_like(x))  # every call ran once, eagerly
+
+
+def test_check_mode_passes_on_a_good_step_and_catches_a_hidden_dependency():
+    step = fl.graphed(heat, check=True)
+    u, v = cuda.to_device(start()), cuda.to_device(start())
+    for _ in range(4):
+        u, v = step(u, v, np.float32(0.2))
+    assert step.counters["checks"] == 3
+    np.testing.assert_array_equal(u.copy_to_host(), run_eager(4))
+
+    hidden = {"scale": 1.0}
+
+    @fl.graphed(check=True)
+    def bad(out, a):
+        add_scaled[4, 64](out, a, np.float32(hidden["scale"]))  # not in the form
+
+    out = cuda.to_device(np.zeros(256, np.float32))
+    a = cuda.to_device(np.ones(256, np.float32))
+    bad(out, a)
+    bad(out, a)
+    hidden["scale"] = 3.0
+    with pytest.raises(fl.GraphedCheckError, match="differs between the replayed graph"):
+        bad(out, a)
+
+
+def test_a_closure_array_is_kept_alive_by_the_graph():
+    holder = [cuda.to_device(np.full(256, 2, np.float32))]
+
+    @fl.graphed
+    def step(out):
+        add_scaled[4, 64](out, holder[0], np.float32(1))
+
+    out = cuda.to_device(np.zeros(256, np.float32))
+    step(out)
+    step(out)  # captured: the graph's launch holds the array
+    holder.clear()
+    gc.collect()  # only the graph holds it now; replays do not run the body
+    for _ in range(3):
+        step(out)
+    fl.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 10)
+    step.clear()
+    gc.collect()
+
+
+def test_a_fault_in_a_replayed_graph_is_reported_naming_the_step():
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import time
+                import numpy as np
+                from numba import cuda
+                import fastlaunch as fl
+
+                @fl.jit
+                def write_at(a, where):
+                    a[where[0]] = 1.0
+
+                @fl.graphed
+                def poke(a, where):
+                    write_at[1, 1](a, where)
+
+                a = cuda.to_device(np.zeros(4, np.float32))
+                where = cuda.to_device(np.zeros(1, np.int64))
+                poke(a, where); poke(a, where); fl.synchronize()
+                where.copy_to_device(np.array([1 << 40], np.int64))
+                poke(a, where)           # replays: faults on the GPU
+                time.sleep(1)
+                for attempt in ("replay", "step.synchronize"):
+                    try:
+                        if attempt == "replay":
+                            poke(a, where)   # the next replay reports it
+                        poke.synchronize()
+                        print(attempt, "NO ERROR")
+                    except fl.CudaDriverError as e:
+                        notes = " ".join(getattr(e, "__notes__", []))
+                        print(attempt, "fault ->", e.name, "|", notes)
+                """
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    out = done.stdout + done.stderr
+    lines = [line for line in out.splitlines() if "fault ->" in line or "NO ERROR" in line]
+    assert len(lines) == 2, out
+    for line in lines:
+        assert "fault -> CUDA_ERROR_ILLEGAL_ADDRESS" in line, out
+        assert "graphed step poke" in line, out
