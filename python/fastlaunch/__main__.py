@@ -284,12 +284,20 @@ def info() -> None:
 
 
 USAGE = """usage: python -m fastlaunch [info]
+       python -m fastlaunch run [--report] [--no-children] script.py [args...]
+       python -m fastlaunch run [--report] [--no-children] -m module [args...]
 
   info   (the default) fastlaunch, Python, library, driver and device versions, settings
-         and environment: what a bug report needs."""
+         and environment: what a bug report needs.
+  run    runs a program unedited with fastlaunch installed (numba.cuda.jit makes
+         fastlaunch kernels), as python -m cProfile runs one; run --help says more."""
 
 
 def main(argv: list[str]) -> int:
+    if argv[1:2] == ["run"]:
+        from fastlaunch._run import run
+
+        return run(argv[2:])
     if argv[1:] in ([], ["info"]):
         info()
         return 0

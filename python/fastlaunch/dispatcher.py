@@ -181,6 +181,7 @@ class Kernel(_core.Kernel):
             self._set_always_numba(True)
         self.numba_launches = 0
         _compile_through(dispatcher, self)
+        register_as_numba_dispatcher()
 
     @property
     def py_func(self) -> Callable[..., Any]:
@@ -484,6 +485,22 @@ def _compile_through(dispatcher: Any, kernel: Kernel) -> None:
     dispatcher._compile_for_args = compile_for_args
 
 
+_registered = False
+
+
+def register_as_numba_dispatcher() -> None:
+    """Makes ``isinstance(kernel, numba.cuda.dispatcher.CUDADispatcher)`` true for fastlaunch
+    kernels (and ``numba.cuda.extending.is_jitted``), as libraries check: CUDADispatcher is an
+    ABC, so Kernel is registered as a virtual subclass (it has the dispatcher's API through
+    ``__getattr__``). Once per process."""
+    global _registered
+    if not _registered:
+        from numba.cuda.dispatcher import CUDADispatcher
+
+        CUDADispatcher.register(Kernel)
+        _registered = True
+
+
 def _parameter_names(func: Callable[..., Any]) -> list[str] | None:
     """Positional parameter names, or None for functions taking ``*args``."""
     try:
@@ -530,4 +547,4 @@ def _wrap(made: Any, dispatcher_class: type) -> Any:
     return made
 
 
-__all__ = ["Kernel", "jit", "numba_type", "plan_entry"]
+__all__ = ["Kernel", "jit", "numba_type", "plan_entry", "register_as_numba_dispatcher"]
