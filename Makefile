@@ -31,6 +31,8 @@ WHEEL_DIR ?= dist
 MANYLINUX ?= manylinux_2_28
 WHEEL_TOOLS := 'ziglang>=0.13' 'auditwheel>=6'
 WHEEL_STAMP := $(VENV)/.wheel-tools-stamp
+DASK_WHEELS := dask==2026.8.0 distributed==2026.8.0 partd==1.4.2 locket==1.0.0 tblib==3.2.2 \
+               tornado==6.6.1 zict==3.0.0
 
 .PHONY: venv build test demo wheel gpu-prepare clean distclean
 
@@ -78,8 +80,10 @@ wheel: venv $(WHEEL_STAMP)
 gpu-prepare: venv
 	mkdir -p .whl .gpu/bin
 	$(MAKE) wheel WHEEL_DIR=.whl
-	# numba-cuda's own test suite (the conformance run) needs filecheck and cffi, not in the image.
-	PYTHON=$(VPY) bash scripts/gpu-wheels.sh .whl filecheck==1.0.6 cffi==2.1.1 pycparser==3.12
+	# numba-cuda's own test suite (the conformance run) needs filecheck and cffi, and the Dask
+	# test dask + distributed and the dependencies the image lacks: none of them is in the image.
+	PYTHON=$(VPY) bash scripts/gpu-wheels.sh .whl filecheck==1.0.6 cffi==2.1.1 pycparser==3.12 \
+	  $(DASK_WHEELS)
 	rm -f .gpu/bin/*
 	cargo test --workspace --release --no-run --message-format=json \
 	  | $(VPY) scripts/gpu-bins.py tests .gpu/bin --exclude fastlaunch-ext

@@ -24,6 +24,7 @@ program starts get fastlaunch too. ``FASTLAUNCH_INSTALL=0`` (or unset) turns tha
 from __future__ import annotations
 
 import atexit
+import collections
 import functools
 import importlib.abc
 import logging
@@ -47,6 +48,7 @@ _original: Any = None  # numba-cuda's numba.cuda.jit, while installed
 _installed_jit: Any = None  # the function put in its place
 _kernels: list[weakref.ref] = []  # kernels the installed jit made (for the report)
 _made = 0  # how many the installed jit made in all
+_callers: collections.Counter[str] = collections.Counter()  # calls per calling module
 _report_registered = False
 
 
@@ -142,6 +144,7 @@ def _make_installed_jit(original: Any) -> Any:
 
     @functools.wraps(original)
     def jit(func_or_sig: Any = None, *signatures: Any, **options: Any) -> Any:
+        _callers[sys._getframe(1).f_globals.get("__name__", "?")] += 1
         made = fastlaunch_jit(func_or_sig, *signatures, **options)
         if not options.get("device"):
             _note(made)
@@ -163,6 +166,13 @@ def _note(made: Any) -> None:
             if len(_kernels) > 4096:  # keep the list bounded: drop the dead
                 _kernels[:] = [r for r in _kernels if r() is not None]
         _log.debug("numba.cuda.jit made fastlaunch kernel %s", made.__qualname__)
+
+
+def installed_callers() -> dict[str, int]:
+    """Calls of the installed ``numba.cuda.jit`` per calling module (numba-cuda's own
+    modules among them: vectorize, reductions, ...)."""
+    with _lock:
+        return dict(_callers)
 
 
 def installed_kernels() -> list[Any]:
@@ -261,6 +271,7 @@ __all__ = [
     "Installation",
     "install",
     "install_at_startup",
+    "installed_callers",
     "installed_kernels",
     "is_installed",
     "report",
