@@ -221,8 +221,9 @@ def _why_unavailable(reason: str) -> list[str]:
         if visible is not None:
             hints.append(f"CUDA_VISIBLE_DEVICES={visible!r} limits which GPUs are visible")
     elif " lacks " in reason:
-        hints.append("the driver library lacks an entry point fastlaunch needs: a newer")
-        hints.append("NVIDIA driver is needed (or FASTLAUNCH_CUDA_DRIVER names the wrong one)")
+        hints.append("the driver library lacks an entry point fastlaunch needs: a driver for")
+        hints.append("CUDA 12.0 or newer is needed (NVIDIA 525 or later; `nvidia-smi` shows the")
+        hints.append("version), or FASTLAUNCH_CUDA_DRIVER names the wrong library")
     nodes = glob.glob("/dev/nvidia[0-9]*")
     hints.append(f"device nodes: {', '.join(sorted(nodes)) if nodes else 'none (/dev/nvidia*)'}")
     return hints
