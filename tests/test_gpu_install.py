@@ -74,8 +74,12 @@ def test_numba_cuda_api_on_an_installed_kernel(tmp_path):
     assert add_one.get_regs_per_thread(sig) > 0
     assert add_one.py_func.__name__ == "add_one"
     specialized = add_one.specialize(a)
-    assert specialized.specialized
-    add_one.forall(64)(a)  # numba-cuda's forall (see the README's table)
+    assert isinstance(specialized, fastlaunch.Kernel) and specialized.specialized
+    assert add_one.specialize(a) is specialized  # cached, as numba-cuda caches it
+    with pytest.raises(RuntimeError):
+        specialized.specialize(a)  # numba-cuda: "Dispatcher already specialized"
+    add_one.forall(64)(a)  # launches the specialization through fastlaunch
+    assert specialized.numba_launches == 0 and specialized.overload_count == 1
     eager[1, 64](a)
     clone = pickle.loads(pickle.dumps(add_one))
     assert isinstance(clone, fastlaunch.Kernel)
@@ -85,8 +89,9 @@ def test_numba_cuda_api_on_an_installed_kernel(tmp_path):
 
 
 def test_kernels_numba_cuda_builds_after_install():
-    """vectorize / guvectorize / reduce / forall give the right results when installed; which
-    of them launch through fastlaunch is in the README."""
+    """vectorize / guvectorize / reduce give the right results when installed, and their
+    kernels (made by numba.cuda.jit, launched with forall or a launch configuration) launch
+    through fastlaunch."""
     with fastlaunch.install():
 
         @cuda.vectorize(["float32(float32, float32)"], target="cuda")
@@ -106,9 +111,20 @@ def test_kernels_numba_cuda_builds_after_install():
         m = x.reshape(10, 100)
         assert np.allclose(row_sum(m), m.sum(axis=1))
         assert total(x) == x.sum()
-        made = {k.__name__ for k in fastlaunch._installer.installed_kernels()}
-    # cuda.reduce's kernel is made by numba.cuda.jit, so it is fastlaunch's
-    assert any("reduce" in name for name in made), made
+        made = fastlaunch._installer.installed_kernels()
+    names = {k.__name__ for k in made}
+    assert any("reduce" in name for name in names), names
+    assert any("vectorized" in name for name in names), names
+    assert any("gufunc" in name for name in names), names
+    launched = []
+    for k in made:
+        assert k.numba_launches == 0, k
+        launched.append(k.overload_count)
+        for spec in k.specializations.values():  # forall's specializations
+            fast = spec.__dict__["_fastlaunch_kernel"]
+            assert fast.numba_launches == 0 and fast.overload_count == 1, fast
+            launched.append(1)
+    assert sum(launched) >= 3, [(k.__name__, k.overload_count) for k in made]
 
 
 def test_run_an_unedited_numba_cuda_program():

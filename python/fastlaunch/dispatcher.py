@@ -206,6 +206,27 @@ class Kernel(_core.Kernel):
     def __repr__(self) -> str:
         return f"<fastlaunch.Kernel {self.__qualname__}>"
 
+    # -- numba-cuda's specialize / forall, launching through fastlaunch -----------------
+
+    def specialize(self, *args: Any) -> Kernel:
+        """numba-cuda's ``specialize``: a kernel compiled for these arguments' types only
+        (cached per compute capability and types, as numba-cuda caches it), as a fastlaunch
+        kernel."""
+        specialization = self._dispatcher.specialize(*args)
+        made = specialization.__dict__.get("_fastlaunch_kernel")
+        if made is None:
+            made = Kernel(specialization)
+            specialization._fastlaunch_kernel = made
+        return made
+
+    def forall(self, ntasks: int, tpb: int = 0, stream: Any = 0, sharedmem: int = 0) -> Any:
+        """numba-cuda's ``forall`` (1-D launch over ``ntasks``; ``tpb=0`` asks the driver for
+        a block size), launching the specialized kernel through fastlaunch. numba-cuda's
+        ``vectorize`` and ``guvectorize`` launch their kernels this way."""
+        from numba.cuda.dispatcher import ForAll
+
+        return ForAll(self, ntasks, tpb=tpb, stream=stream, sharedmem=sharedmem)
+
     def _warn_low_occupancy(self, grid_size: int) -> None:
         """numba-cuda's low-occupancy warning (``NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS``), given
         by the launch path once per kernel rather than on every launch."""
