@@ -66,13 +66,13 @@ $(WHEEL_STAMP): Makefile | $(STAMP)
 	$(VPY) -m pip install -q $(WHEEL_TOOLS)
 	touch $@
 
-# The wheel carries fastlaunch-install.pth in its .data/purelib (FASTLAUNCH_INSTALL=1).
+# The wheel carries fastlaunch_install.pth in its .data/purelib (FASTLAUNCH_INSTALL=1).
 wheel: venv $(WHEEL_STAMP)
 	mkdir -p $(WHEEL_DIR)
 	rm -f $(WHEEL_DIR)/fastlaunch-*.whl
 	$(IN_VENV) $(VENV)/bin/maturin build --release --zig --compatibility $(MANYLINUX) -o $(WHEEL_DIR)
 	$(VENV)/bin/auditwheel show $(WHEEL_DIR)/fastlaunch-*.whl
-	$(VPY) -m zipfile -l $(WHEEL_DIR)/fastlaunch-*.whl | grep -q 'purelib/fastlaunch-install.pth'
+	$(VPY) -m zipfile -l $(WHEEL_DIR)/fastlaunch-*.whl | grep -q 'purelib/fastlaunch_install.pth'
 
 # The GPU machine gets .whl/ and .gpu/ carried (see scripts/gpu-run.sh). Only the
 # fastlaunch-driver binaries go to .gpu/bin: rust/ext's test binary links this machine's

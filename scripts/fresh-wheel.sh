@@ -6,7 +6,7 @@
 #   2. one example (examples/saxpy_torch.py, copied out of the checkout)
 #   3. python -m fastlaunch run --report on an unedited numba-cuda program
 #      (tests/programs/numba_saxpy.py): its kernel must be fastlaunch's, launched by fastlaunch
-#   4. FASTLAUNCH_INSTALL=1 at start-up (the wheel's fastlaunch-install.pth), in the program and
+#   4. FASTLAUNCH_INSTALL=1 at start-up (the wheel's fastlaunch_install.pth), in the program and
 #      in a spawned worker; and without it, numba-cuda's own kernel class.
 # Run by `bash scripts/gpu-run.sh fresh` on the GPU machine (or alone: bash scripts/fresh-wheel.sh
 # [WHEEL]). Exits non-zero if a step failed.
@@ -85,7 +85,7 @@ check run test "$rc" -eq 0
 check run-kernel-class grep -q "kernel class: fastlaunch.dispatcher.Kernel" <<<"$out"
 check run-launched-by-fastlaunch grep -q "saxpy: 1 overload(s) launched by fastlaunch.*0 launch(es) through numba-cuda" <<<"$out"
 
-step "FASTLAUNCH_INSTALL=1 python numba_saxpy.py (installed at start-up by fastlaunch-install.pth)"
+step "FASTLAUNCH_INSTALL=1 python numba_saxpy.py (installed at start-up by fastlaunch_install.pth)"
 out=$(FASTLAUNCH_INSTALL=1 FASTLAUNCH_REPORT=1 "$py" numba_saxpy.py 2>&1)
 echo "$out"
 check startup-kernel-class grep -q "kernel class: fastlaunch.dispatcher.Kernel" <<<"$out"

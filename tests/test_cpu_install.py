@@ -1,6 +1,6 @@
 """Process-wide use without a GPU: ``fastlaunch.install()`` / ``uninstall()``, the context
 manager, ``python -m fastlaunch run``, the ``FASTLAUNCH_INSTALL`` start-up hook
-(``fastlaunch-install.pth``) and the NumPy 2.5 ``row_stack`` alias. Launches use the
+(``fastlaunch_install.pth``) and the NumPy 2.5 ``row_stack`` alias. Launches use the
 stand-in driver."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from numba.cuda.extending import is_jitted
 import fastlaunch
 
 ROOT = Path(__file__).resolve().parent.parent
-PTH = ROOT / "python" / "wheel-data" / "purelib" / "fastlaunch-install.pth"
+PTH = ROOT / "python" / "wheel-data" / "purelib" / "fastlaunch_install.pth"
 NUMBA_JIT = numba.cuda.jit
 
 
@@ -294,11 +294,11 @@ def test_run_exit_status_errors_and_options(tmp_path: Path):
     assert _run("--help", cwd=tmp_path).stdout.startswith("usage")
 
 
-# -- FASTLAUNCH_INSTALL=1 at start-up (fastlaunch-install.pth) -------------------------------
+# -- FASTLAUNCH_INSTALL=1 at start-up (fastlaunch_install.pth) -------------------------------
 
 STARTUP_CHILD = """\
 import site, sys
-site.addsitedir({site_dir!r})   # processes fastlaunch-install.pth as at start-up
+site.addsitedir({site_dir!r})   # processes fastlaunch_install.pth as at start-up
 print("early", "fastlaunch" in sys.modules, "numba.cuda" in sys.modules)
 from numba import cuda
 import fastlaunch
@@ -336,6 +336,9 @@ def test_the_startup_hook(tmp_path: Path, value: str | None, installed: bool):
 
 
 def test_the_pth_file_is_one_import_line():
+    # site runs .pth files in name order: numba-cuda's redirector and an editable install's
+    # fastlaunch.pth (which puts fastlaunch on sys.path) come first
+    assert sorted([PTH.name, "fastlaunch.pth", "_numba_cuda_redirector.pth"])[-1] == PTH.name
     lines = [line for line in PTH.read_text().splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("import ")  # site runs only such lines
     assert 'data = "python/wheel-data"' in (ROOT / "pyproject.toml").read_text()
@@ -360,3 +363,70 @@ def test_row_stack_alias_for_numba_cuda(numpy_first: bool):
         text=True,
     )
     assert "row_stack" in without.stderr  # the failure the alias prevents
+
+
+SPAWNING_PROGRAM = """\
+import multiprocessing as mp
+import sys
+
+
+def child():
+    from numba import cuda
+
+    @cuda.jit
+    def k(a):
+        pass
+
+    return type(k).__name__
+
+
+if __name__ == "__main__":
+    from numba import cuda
+
+    @cuda.jit
+    def k(a):
+        pass
+
+    with mp.get_context("spawn").Pool(1) as pool:
+        print(type(k).__name__, pool.apply(child))
+"""
+
+
+@pytest.mark.parametrize("value", ["1", "0"])
+def test_startup_hook_in_a_fresh_environment_reaches_spawned_workers(tmp_path: Path, value: str):
+    """A real interpreter start-up: a fresh venv whose site-packages holds the .pth (as a
+    wheel install leaves it) and sees this environment's packages; FASTLAUNCH_INSTALL=1 is
+    inherited by a multiprocessing spawn worker, which installs at its own start-up."""
+    import site
+    import venv
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site_dir = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = [p for p in site.getsitepackages() if Path(p, "numba_cuda").is_dir()][0]
+    # this environment's packages, also where cuda-pathfinder looks (site.getsitepackages)
+    Path(site_dir, "_this_env.pth").write_text(
+        f"import site; site.addsitedir({ours!r}); site.getsitepackages = "
+        f"lambda prefixes=None, _g=site.getsitepackages: [*_g(prefixes), {ours!r}]\n"
+    )
+    Path(site_dir, PTH.name).write_text(PTH.read_text())
+    program = tmp_path / "spawning.py"
+    program.write_text(SPAWNING_PROGRAM)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FASTLAUNCH_INSTALL")}
+    done = subprocess.run(
+        [str(python), str(program)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={**env, "FASTLAUNCH_INSTALL": value},
+    )
+    assert done.returncode == 0, done.stderr
+    expected = "Kernel Kernel" if value == "1" else "CUDADispatcher CUDADispatcher"
+    assert done.stdout.strip() == expected

@@ -17,8 +17,10 @@ that puts back the state it found (``with fastlaunch.install(): ...``, for tests
 
 ``python -m fastlaunch run script.py`` installs before running a program; the environment
 variable ``FASTLAUNCH_INSTALL=1`` installs at interpreter start-up in every process that
-sees it (through ``fastlaunch-install.pth``, shipped in the wheel), so worker processes a
-program starts get fastlaunch too. ``FASTLAUNCH_INSTALL=0`` (or unset) turns that off.
+sees it (through ``fastlaunch_install.pth``, shipped in the wheel), so worker processes a
+program starts get fastlaunch too. ``FASTLAUNCH_INSTALL=0`` (or unset) turns that off. The
+file's name sorts after ``_numba_cuda_redirector.pth`` and after the ``fastlaunch.pth`` of an
+editable install, which must run first (site runs ``.pth`` files in name order).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 
 _log = logging.getLogger("fastlaunch")
 
-#: the environment variable the start-up hook reads (see ``fastlaunch-install.pth``)
+#: the environment variable the start-up hook reads (see ``fastlaunch_install.pth``)
 ENV_INSTALL = "FASTLAUNCH_INSTALL"
 #: set to 1 for a summary of the kernels ``numba.cuda.jit`` made, printed at exit
 ENV_REPORT = "FASTLAUNCH_REPORT"
@@ -209,7 +211,7 @@ def _register_report() -> None:
         atexit.register(lambda: print(report(), file=sys.stderr, flush=True))
 
 
-# -- start-up: FASTLAUNCH_INSTALL=1 (fastlaunch-install.pth) ---------------------------------
+# -- start-up: FASTLAUNCH_INSTALL=1 (fastlaunch_install.pth) ---------------------------------
 
 
 class _InstallOnImport(importlib.abc.MetaPathFinder):
@@ -253,7 +255,7 @@ class _InstallOnImport(importlib.abc.MetaPathFinder):
 
 
 def install_at_startup() -> None:
-    """What ``fastlaunch-install.pth`` runs when ``FASTLAUNCH_INSTALL`` is on: installs now
+    """What ``fastlaunch_install.pth`` runs when ``FASTLAUNCH_INSTALL`` is on: installs now
     if ``numba.cuda`` is already imported, else as soon as it is."""
     if not _env_on(ENV_INSTALL):
         return

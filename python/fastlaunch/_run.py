@@ -6,7 +6,7 @@ with ``sys.argv`` set to ``[script.py, args...]`` and the script's folder first 
 Before the program starts, ``fastlaunch.install()`` makes ``numba.cuda.jit`` produce
 fastlaunch kernels, and ``FASTLAUNCH_INSTALL=1`` is exported so that Python processes the
 program starts (multiprocessing spawn workers, subprocesses) install it too, where the
-fastlaunch wheel is installed (its ``fastlaunch-install.pth`` reads that variable).
+fastlaunch wheel is installed (its ``fastlaunch_install.pth`` reads that variable).
 """
 
 from __future__ import annotations
