@@ -12,8 +12,9 @@
 #   stages     python3 benchmarks/stages.py (per-stage launch cost)
 #   conformance python3 conformance/run.py --out $OUT (numba-cuda's own tests, plain and
 #              installed); CONFORMANCE_GROUP=K/N runs the K-th of N groups of the 119 modules
-#              (default 1/3: a group fits one run); merge the runs' conformance.json here with
-#              conformance/run.py --merge
+#              (default 1/3: a group fits one run; "all" runs every module), 8 module runs at
+#              a time (CONFORMANCE_JOBS) within CONFORMANCE_BUDGET s (420); merge the runs'
+#              conformance.json here with conformance/run.py --merge
 #   fresh      scripts/fresh-wheel.sh: the wheel alone in a fresh venv: info, an example,
 #              `python -m fastlaunch run` on an unedited numba-cuda program, FASTLAUNCH_INSTALL=1
 #   rustbench  .gpu/bin/*-bench --bench (criterion; not part of `all`)
@@ -138,8 +139,10 @@ thread_scaling() {
 }
 
 conformance() {
-  python3 conformance/run.py --out "$OUT" --jobs 6 --budget "${CONFORMANCE_BUDGET:-300}" \
-    --group "${CONFORMANCE_GROUP:-1/3}"
+  local group=()
+  [[ ${CONFORMANCE_GROUP:-1/3} == all ]] || group=(--group "${CONFORMANCE_GROUP:-1/3}")
+  python3 conformance/run.py --out "$OUT" --jobs "${CONFORMANCE_JOBS:-8}" \
+    --budget "${CONFORMANCE_BUDGET:-420}" "${group[@]}"
 }
 
 fresh() {
