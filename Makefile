@@ -72,7 +72,7 @@ wheel: venv $(WHEEL_STAMP)
 	rm -f $(WHEEL_DIR)/fastlaunch-*.whl
 	$(IN_VENV) $(VENV)/bin/maturin build --release --zig --compatibility $(MANYLINUX) -o $(WHEEL_DIR)
 	$(VENV)/bin/auditwheel show $(WHEEL_DIR)/fastlaunch-*.whl
-	$(VPY) -m zipfile -l $(WHEEL_DIR)/fastlaunch-*.whl | grep -q 'purelib/fastlaunch_install.pth'
+	$(VPY) -m zipfile -l $(WHEEL_DIR)/fastlaunch-*.whl | grep 'purelib/fastlaunch_install.pth'
 
 # The GPU machine gets .whl/ and .gpu/ carried (see scripts/gpu-run.sh). Only the
 # fastlaunch-driver binaries go to .gpu/bin: rust/ext's test binary links this machine's
