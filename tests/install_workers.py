@@ -98,3 +98,17 @@ def torch_spawn_worker(rank: int, out_dir: str) -> None:
     }
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
         json.dump(report, f)
+
+
+def kernel_kind(index: int, kernel: Any = None) -> dict[str, Any]:
+    """No GPU needed: whether this process is installed and what a ``numba.cuda.jit`` kernel
+    (or the one given) is here."""
+    import fastlaunch
+
+    kernel = _saxpy_source() if kernel is None else kernel
+    return {
+        "index": index,
+        "pid": os.getpid(),
+        "installed": fastlaunch.is_installed(),
+        "kernel": type(kernel).__name__,
+    }

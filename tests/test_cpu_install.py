@@ -430,3 +430,59 @@ def test_startup_hook_in_a_fresh_environment_reaches_spawned_workers(tmp_path: P
     assert done.returncode == 0, done.stderr
     expected = "Kernel Kernel" if value == "1" else "CUDADispatcher CUDADispatcher"
     assert done.stdout.strip() == expected
+
+
+# -- workers (no GPU: what the kernels are; test_gpu_install.py launches them) --------------
+
+
+@pytest.fixture
+def workers_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    tests_dir = str(Path(__file__).resolve().parent)
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (tests_dir, path) if p))
+
+
+def test_spawn_workers_with_install_as_initializer(workers_importable):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import install_workers
+
+    with fastlaunch.install():
+        shipped = install_workers._saxpy_source()
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        1, mp_context=context, initializer=install_workers.install_in_worker
+    ) as pool:
+        made_there = pool.submit(install_workers.kernel_kind, 0).result(timeout=120)
+        sent = pool.submit(install_workers.kernel_kind, 1, shipped).result(timeout=120)
+    assert made_there["installed"] and made_there["kernel"] == "Kernel", made_there
+    assert sent["kernel"] == "Kernel", sent
+
+
+def test_dask_worker_plugin_installs(workers_importable):
+    distributed = pytest.importorskip("distributed")
+    import install_workers
+
+    class InstallFastlaunch(distributed.WorkerPlugin):
+        def setup(self, worker):
+            import fastlaunch
+
+            fastlaunch.install()
+
+    with fastlaunch.install():
+        shipped = install_workers._saxpy_source()
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        client.register_plugin(InstallFastlaunch())
+        made_there = client.gather(client.map(install_workers.kernel_kind, range(2), pure=False))
+        sent = client.gather(
+            client.map(install_workers.kernel_kind, range(2), kernel=shipped, pure=False)
+        )
+    assert len({r["pid"] for r in made_there}) == 2
+    for r in made_there + sent:
+        assert r["installed"] and r["kernel"] == "Kernel", r
