@@ -486,3 +486,16 @@ def test_dask_worker_plugin_installs(workers_importable):
     assert len({r["pid"] for r in made_there}) == 2
     for r in made_there + sent:
         assert r["installed"] and r["kernel"] == "Kernel", r
+
+
+def test_info_reports_the_startup_hook():
+    done = subprocess.run(
+        [sys.executable, "-m", "fastlaunch", "info"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "FASTLAUNCH_INSTALL": "0"},
+    )
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("start-up hook"))
+    assert row.endswith("; FASTLAUNCH_INSTALL=0")

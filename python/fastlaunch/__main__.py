@@ -118,6 +118,24 @@ def _installed() -> str:
     return text
 
 
+def _startup_hook() -> str:
+    """Where fastlaunch_install.pth is (it installs at start-up when FASTLAUNCH_INSTALL=1)."""
+    import site
+
+    folders = [*site.getsitepackages(), site.getusersitepackages(), *sys.path]
+    found = next(
+        (
+            p
+            for p in (os.path.join(f, "fastlaunch_install.pth") for f in folders)
+            if os.path.isfile(p)
+        ),
+        None,
+    )
+    value = os.environ.get("FASTLAUNCH_INSTALL")
+    state = f"FASTLAUNCH_INSTALL={value}" if value is not None else "FASTLAUNCH_INSTALL unset"
+    return f"{found or 'fastlaunch_install.pth not in a site directory'}; {state}"
+
+
 def _extension_build() -> str:
     name = os.path.basename(_core.__file__ or "")
     if ".abi3." in name:
@@ -236,6 +254,7 @@ def info() -> None:
     guarded("installed", _installed)
     guarded("extension", _extension_build)
     guarded("package", lambda: os.path.dirname(fl.__file__ or "?"))
+    guarded("start-up hook", _startup_hook)
 
     section("Python")
     row("Python", f"{sys.version.split()[0]} ({platform.python_implementation()})")
