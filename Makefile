@@ -1,6 +1,7 @@
 # fastlaunch: build, test and GPU-run plumbing.
 #   make demo         build into .venv and list the GPUs (or say there is none)
 #   make test         everything CI runs: Rust fmt/clippy/tests/bench build, ruff, stubtest, pytest
+#   make wheel        the release wheel, manylinux_2_28 x86_64 (zig linker), checked by auditwheel
 #   make gpu-prepare  wheels (.whl/) and Rust GPU test/bench binaries (.gpu/bin/) for the GPU machine
 #   make clean        build outputs (keeps .venv); make distclean also removes .venv
 
@@ -13,7 +14,7 @@ PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
-DEPS := 'maturin>=1.9,<2' 'numba-cuda[cu13]==0.30.4' 'numpy>=2.0,<2.5' \
+DEPS := 'maturin>=1.9,<2' 'numba-cuda[cu13]==0.30.4' 'numpy>=2.0' \
         pytest pytest-benchmark hypothesis ruff mypy
 PY_DIRS := python tests benchmarks examples
 STUBTEST_ALLOWLIST := $(wildcard python/stubtest-allowlist.txt)
@@ -25,7 +26,15 @@ PY_LIBDIR = $(shell $(VPY) -c 'import sysconfig; print(sysconfig.get_config_var(
 WITH_LIBPYTHON = LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 IN_VENV = VIRTUAL_ENV="$(abspath $(VENV))" PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: venv build test demo gpu-prepare clean distclean
+# make wheel: glibc >= 2.28 (RHEL/Rocky 8 and newer), linked with zig (PyPI's ziglang).
+WHEEL_DIR ?= dist
+MANYLINUX ?= manylinux_2_28
+WHEEL_TOOLS := 'ziglang>=0.13' 'auditwheel>=6'
+WHEEL_STAMP := $(VENV)/.wheel-tools-stamp
+DASK_WHEELS := dask==2026.8.0 distributed==2026.8.0 partd==1.4.2 locket==1.0.0 tblib==3.2.2 \
+               tornado==6.6.1 zict==3.0.0
+
+.PHONY: venv build test demo wheel gpu-prepare clean distclean
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,15 +62,28 @@ test: venv build
 demo: venv build
 	$(VPY) -m fastlaunch.demo
 
+$(WHEEL_STAMP): Makefile | $(STAMP)
+	$(VPY) -m pip install -q $(WHEEL_TOOLS)
+	touch $@
+
+# The wheel carries fastlaunch_install.pth in its .data/purelib (FASTLAUNCH_INSTALL=1).
+wheel: venv $(WHEEL_STAMP)
+	mkdir -p $(WHEEL_DIR)
+	rm -f $(WHEEL_DIR)/fastlaunch-*.whl
+	$(IN_VENV) $(VENV)/bin/maturin build --release --zig --compatibility $(MANYLINUX) -o $(WHEEL_DIR)
+	$(VENV)/bin/auditwheel show $(WHEEL_DIR)/fastlaunch-*.whl
+	$(VPY) -m zipfile -l $(WHEEL_DIR)/fastlaunch-*.whl | grep 'purelib/fastlaunch_install.pth'
+
 # The GPU machine gets .whl/ and .gpu/ carried (see scripts/gpu-run.sh). Only the
 # fastlaunch-driver binaries go to .gpu/bin: rust/ext's test binary links this machine's
 # libpython 3.11, which the GPU machine (Python 3.12) lacks.
 gpu-prepare: venv
 	mkdir -p .whl .gpu/bin
-	rm -f .whl/fastlaunch-*.whl
-	$(IN_VENV) $(VENV)/bin/maturin build --release -o .whl
-	# numba-cuda's own test suite (the conformance run) needs filecheck and cffi, not in the image.
-	PYTHON=$(VPY) bash scripts/gpu-wheels.sh .whl filecheck==1.0.6 cffi==2.1.1 pycparser==3.12
+	$(MAKE) wheel WHEEL_DIR=.whl
+	# numba-cuda's own test suite (the conformance run) needs filecheck and cffi, and the Dask
+	# test dask + distributed and the dependencies the image lacks: none of them is in the image.
+	PYTHON=$(VPY) bash scripts/gpu-wheels.sh .whl filecheck==1.0.6 cffi==2.1.1 pycparser==3.12 \
+	  $(DASK_WHEELS)
 	rm -f .gpu/bin/*
 	cargo test --workspace --release --no-run --message-format=json \
 	  | $(VPY) scripts/gpu-bins.py tests .gpu/bin --exclude fastlaunch-ext

@@ -1,20 +1,28 @@
-"""Conformance: numba-cuda's own CUDA tests, as installed, with and without fastlaunch.
+"""Conformance: numba-cuda's own CUDA tests, as installed, plain and with fastlaunch installed.
 
-Each module of ``numba.cuda.tests.cudapy`` runs twice, each run in a fresh process:
-``unpatched`` (numba-cuda as it is) and ``patched`` (``numba.cuda.jit`` replaced by
-``fastlaunch.jit`` before any test module is imported). The report lists, per module and
-mode, the pass/fail/error/skip counts, and every test that passes unpatched but not patched.
+Each module of ``numba.cuda.tests.cudapy`` and ``numba.cuda.tests.doc_examples`` (all of them,
+or a group of them: ``--group K/N``) runs twice, each run in a fresh process: ``plain``
+(numba-cuda as it is) and ``installed`` (``fastlaunch.install()`` before any test module is
+imported). The report lists, per module and mode, the pass/fail/error/skip counts, and every
+test that passes plain but not installed.
 
 usage:
-  python3 conformance/run.py --out DIR [--modules a,b] [--jobs N] [--timeout S] [--budget S]
+  python3 conformance/run.py --out DIR [--group K/N | --modules a,b] [--jobs N] [--timeout S]
+                             [--budget S]
       writes DIR/conformance.md and DIR/conformance.json and prints the Markdown
-  python3 conformance/run.py --mode patched|unpatched --module NAME --result-file FILE
+  python3 conformance/run.py --merge A.json B.json ... --out DIR
+      merges the JSON of several runs (one group each) into DIR/results.md and
+      DIR/conformance.json
+  python3 conformance/run.py --list [--group K/N]
+      prints the modules (of the group)
+  python3 conformance/run.py --mode installed|plain --module NAME --result-file FILE
       (child mode, started by the above) runs one module, one JSON line per test into FILE
 
-The patch reaches the processes a test starts too (test_caching runs cached kernels in fresh
-interpreters): a patched child puts a generated ``sitecustomize.py`` first on PYTHONPATH that
-patches ``numba.cuda.jit`` as soon as ``numba.cuda`` is imported, then runs any
-``sitecustomize`` that was already there.
+Installing reaches the processes a test starts too (test_caching runs cached kernels in
+fresh interpreters): the child puts a generated ``sitecustomize.py`` first on PYTHONPATH and
+sets ``FASTLAUNCH_INSTALL=1``, so they install fastlaunch as soon as ``numba.cuda`` is
+imported (fastlaunch's own start-up hook), then run any ``sitecustomize`` that was there.
+Both modes get fastlaunch's NumPy 2.5 ``np.row_stack`` alias (numba-cuda 0.30 needs it).
 """
 
 from __future__ import annotations
@@ -31,7 +39,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 import unittest
@@ -42,36 +49,56 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE = "numba.cuda.tests.cudapy"
-MODULES = [
-    "test_array_args",
-    "test_record_dtype",
-    "test_complex_kernel",
-    "test_boolean",
-    "test_enums",
-    "test_datetime",
-    "test_dispatcher",
-    "test_cooperative_groups",
-    "test_debug",
-    "test_forall",
-    "test_sm",
-    "test_cuda_array_interface",
-    "test_retrieve_autoconverted_arrays",
-    "test_exception",
-    "test_userexc",
-    "test_inspect",
-    "test_caching",
-]
+DOC_PACKAGE = "numba.cuda.tests.doc_examples"
+
+
+def discover() -> list[str]:
+    """Every test module of the two packages, without importing them: cudapy's by bare name,
+    doc_examples' dotted."""
+    found = []
+    for package in (PACKAGE, DOC_PACKAGE):
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        folder = Path(next(iter(spec.submodule_search_locations)))
+        for path in sorted(folder.glob("test_*.py")):
+            found.append(path.stem if package == PACKAGE else f"{package}.{path.stem}")
+    return found
+
+
+def group_of(modules: list[str], spec: str) -> list[str]:
+    """``K/N``: the K-th (1-based) of N groups, dealt round-robin over the sorted modules by
+    file size, so that each group gets a like share of big and small modules."""
+    k, _, n = spec.partition("/")
+    k_i, n_i = int(k), int(n)
+    if not 1 <= k_i <= n_i:
+        raise ValueError(f"--group {spec}: K must be 1..N")
+
+    def size(module: str) -> int:
+        dotted = module if "." in module else f"{PACKAGE}.{module}"
+        spec_ = importlib.util.find_spec(dotted)
+        try:
+            return os.path.getsize(spec_.origin) if spec_ and spec_.origin else 0
+        except OSError:
+            return 0
+
+    ordered = sorted(modules, key=lambda m: (-size(m), m))
+    return [m for i, m in enumerate(ordered) if i % n_i == k_i - 1]
+
+
 # Started first so that the slowest runs do not set the total wall time.
 SLOW = ["test_caching", "test_dispatcher", "test_record_dtype", "test_sm", "test_inspect"]
-MODES = ("unpatched", "patched")
+MODES = ("plain", "installed")
 PASSING = ("pass", "xfail")
 # outcome -> report column (unexpected successes count as failures, expected failures pass)
 COLUMN = {"pass": "pass", "xfail": "pass", "fail": "fail", "xpass": "fail"}
 COLUMNS = ("pass", "fail", "error", "skip")
 
-PATCH_ENV = "FASTLAUNCH_CONFORMANCE_PATCH"
+INSTALL_ENV = "FASTLAUNCH_INSTALL"  # read by fastlaunch's start-up hook (fastlaunch._installer)
 SITECUSTOMIZE = """\
-# Written by fastlaunch's conformance/run.py for the processes that a patched test run starts.
+# Written by fastlaunch's conformance/run.py for the processes that a test run starts: both
+# modes get the NumPy 2.5 np.row_stack alias; FASTLAUNCH_INSTALL=1 (the installed mode) also
+# installs fastlaunch as soon as numba.cuda is imported.
 import importlib.util as _util
 import sys as _sys
 
@@ -84,91 +111,23 @@ _module.site_hook({site_dir!r})
 
 
 # --------------------------------------------------------------------------------------------
-# The patch
+# The two modes
 
 
-_JIT_CALLERS: Counter[str] = Counter()
+def install() -> bool:
+    """``fastlaunch.install()``: ``numba.cuda.jit`` makes fastlaunch kernels."""
+    import fastlaunch
 
-
-def apply_patch() -> bool:
-    """Replaces ``numba.cuda.jit`` by ``fastlaunch.jit``; False when it already was.
-
-    ``fastlaunch.jit`` itself calls ``numba.cuda.jit`` (looked up on the module at call time)
-    to build the numba dispatcher it wraps, so the replacement hands calls made from inside
-    ``fastlaunch.jit`` on the same thread to the original.
-    """
-    cuda = sys.modules.get("numba.cuda")
-    if cuda is None:
-        import numba.cuda as cuda
-    if getattr(cuda.jit, "_fastlaunch_conformance", False):
-        return False
-    original = cuda.jit
-    inside = threading.local()
-
-    def jit(*args: Any, **kwargs: Any) -> Any:
-        if getattr(inside, "active", False):
-            return original(*args, **kwargs)
-        import fastlaunch
-
-        _JIT_CALLERS[sys._getframe(1).f_globals.get("__name__", "?")] += 1
-        inside.active = True
-        try:
-            return fastlaunch.jit(*args, **kwargs)
-        finally:
-            inside.active = False
-
-    jit._fastlaunch_conformance = True  # type: ignore[attr-defined]
-    jit.__doc__ = original.__doc__
-    jit.__wrapped__ = original  # type: ignore[attr-defined]
-    cuda.jit = jit
-    return True
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches ``numba.cuda.jit`` right after ``numba.cuda`` has been imported."""
-
-    def __init__(self) -> None:
-        self._busy = False
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "numba.cuda" or self._busy:
-            return None
-        self._busy = True  # numba-cuda's own redirecting finder walks sys.meta_path again
-        try:
-            spec = None
-            for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None)
-                if finder is self or find is None:
-                    continue
-                spec = find(name, path, target)
-                if spec is not None:
-                    break
-        finally:
-            self._busy = False
-        exec_module = getattr(getattr(spec, "loader", None), "exec_module", None)
-        if spec is None or exec_module is None:
-            return spec
-
-        def exec_and_patch(module: Any) -> None:
-            exec_module(module)
-            try:
-                apply_patch()
-            except Exception as e:  # the test then runs unpatched: say so loudly
-                print(f"conformance: patching numba.cuda.jit failed: {e!r}", file=sys.stderr)
-
-        spec.loader.exec_module = exec_and_patch
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        return spec
+    fastlaunch.install()
+    return fastlaunch.is_installed()
 
 
 def site_hook(site_dir: str) -> None:
-    """Run by the generated sitecustomize in every interpreter a patched test starts."""
-    if os.environ.get(PATCH_ENV) == "1":
-        if "numba.cuda" in sys.modules:
-            apply_patch()
-        else:
-            sys.meta_path.insert(0, _PatchOnImport())
+    """Run by the generated sitecustomize in every interpreter a test run starts."""
+    from fastlaunch import _installer, _numpy_compat
+
+    _numpy_compat.apply()
+    _installer.install_at_startup()  # only where FASTLAUNCH_INSTALL=1 (the installed mode)
     # Chain to the sitecustomize this one shadows, if any.
     from importlib.machinery import PathFinder
 
@@ -180,14 +139,17 @@ def site_hook(site_dir: str) -> None:
         spec.loader.exec_module(module)
 
 
-def _propagate_patch(run_py: Path, under: Path) -> Path:
-    """Makes the interpreters this process starts patch numba.cuda.jit too."""
+def _propagate(run_py: Path, under: Path, installed: bool) -> Path:
+    """Makes the interpreters this process starts do as this one does."""
     site_dir = Path(tempfile.mkdtemp(prefix="site-", dir=under))
     text = SITECUSTOMIZE.format(run_py=str(run_py.resolve()), site_dir=str(site_dir))
     (site_dir / "sitecustomize.py").write_text(text)
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(site_dir) + (os.pathsep + old if old else "")
-    os.environ[PATCH_ENV] = "1"
+    if installed:
+        os.environ[INSTALL_ENV] = "1"
+    else:
+        os.environ.pop(INSTALL_ENV, None)
     return site_dir
 
 
@@ -347,18 +309,13 @@ def child(mode: str, module: str, result_file: Path) -> int:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
         started = time.perf_counter()
         try:
-            if mode == "patched":
-                site_dir = _propagate_patch(Path(__file__), result_file.parent)
-                import numba.cuda
+            site_dir = _propagate(Path(__file__), result_file.parent, mode == "installed")
+            from fastlaunch import _numpy_compat  # NumPy 2.5: both modes, before any compile
 
-                import fastlaunch  # noqa: F401  (fail here, once, rather than in every test)
-
-                apply_patch()
-                if not getattr(numba.cuda.jit, "_fastlaunch_conformance", False):
-                    raise RuntimeError("numba.cuda.jit is not patched")
-            else:
-                os.environ.pop(PATCH_ENV, None)
-        except BaseException as e:  # report why, then stop: running unpatched would mislead
+            _numpy_compat.apply()
+            if mode == "installed" and not install():
+                raise RuntimeError("fastlaunch.install() did not install")
+        except BaseException as e:  # report why, then stop: running plain would mislead
             write({"kind": "fatal", "stage": "patch", **_describe(sys.exc_info())})
             print(f"conformance: {mode} set-up failed: {e!r}", file=sys.stderr)
             if site_dir is not None:
@@ -371,7 +328,9 @@ def child(mode: str, module: str, result_file: Path) -> int:
             result = Recorder(sink)
             suite.run(result)
         finally:
-            callers = dict(_JIT_CALLERS)
+            from fastlaunch import _installer
+
+            callers = _installer.installed_callers()
             write({"kind": "end", "seconds": time.perf_counter() - started, "jit_callers": callers})
             if site_dir is not None:
                 shutil.rmtree(site_dir, ignore_errors=True)
@@ -396,7 +355,7 @@ def _run_one(
     cmd = [sys.executable, str(Path(__file__).resolve()), "--mode", mode, "--module", module]
     cmd += ["--result-file", str(result_file)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop(PATCH_ENV, None)
+    env.pop(INSTALL_ENV, None)
     started = time.monotonic()
     timed_out = False
     with log_file.open("wb") as log:
@@ -490,21 +449,22 @@ def _md(text: str, limit: int = 240) -> str:
 
 
 def _internal(caller: str) -> bool:
-    return caller.startswith("numba.") and not caller.startswith(PACKAGE)
+    """A call from numba-cuda's own code (vectorize, reductions, ...), not from a test."""
+    return caller.startswith("numba.") and not caller.startswith((PACKAGE, DOC_PACKAGE))
 
 
 def compare(results: dict[str, dict[str, Any]]) -> tuple[list[dict], list[dict]]:
-    """Tests that pass unpatched but not patched, and those that pass only patched."""
+    """Tests that pass plain but not installed, and those that pass only installed."""
     worse, better = [], []
     for module, runs in results.items():
-        before, after = runs["unpatched"], runs["patched"]
+        before, after = runs["plain"], runs["installed"]
         for name in sorted(set(before["tests"]) | set(after["tests"])):
             b, a = before["tests"].get(name), after["tests"].get(name)
             b_ok = b is not None and b["outcome"] in PASSING
             a_ok = a is not None and a["outcome"] in PASSING
             if b_ok and not a_ok:
                 if a is None:
-                    a = {"outcome": "not run", "message": f"patched run: {after['status']}"}
+                    a = {"outcome": "not run", "message": f"installed run: {after['status']}"}
                 worse.append({"module": module, "test": name, **_brief(a)})
             elif a_ok and b is not None and not b_ok:
                 better.append({"module": module, "test": name, **_brief(b)})
@@ -519,11 +479,12 @@ def _brief(record: dict[str, Any]) -> dict[str, str]:
 def report(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> tuple[str, dict]:
     worse, better = compare(results)
     lines = [
-        "# numba-cuda conformance: as is vs `numba.cuda.jit = fastlaunch.jit`",
+        "# numba-cuda conformance: plain vs `fastlaunch.install()`",
         "",
-        f"numba-cuda's own tests (`{PACKAGE}.*`, the installed copy), each module run in a "
-        "fresh process twice: as is, and with `numba.cuda.jit` replaced by `fastlaunch.jit` "
-        "before the tests are imported.",
+        f"numba-cuda's own tests (`{PACKAGE}.*` and `{DOC_PACKAGE}.*`, the installed copy), "
+        "each module run in a fresh process twice: plain numba-cuda, and with "
+        "`fastlaunch.install()` called before the tests are imported (and in every Python "
+        "process a test starts). Both modes get the NumPy 2.5 `np.row_stack` alias.",
         "",
     ]
     v = meta.get("versions", {})
@@ -533,24 +494,25 @@ def report(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> tuple[st
         f"Python {v.get('python', '?')}",
         f"- GPU: {meta['gpu']}",
         f"- {meta['date']}; {meta['jobs']} jobs, {meta['timeout']:.0f} s per module run, "
-        f"{meta['wall_s']:.0f} s in all",
+        f"{meta['wall_s']:.0f} s in all"
+        + (f"; merged from {meta['runs']} runs" if meta.get("runs", 1) > 1 else ""),
         "- counts are pass/fail/error/skip (expected failures count as passes, unexpected "
-        "successes as failures); jit calls: calls of the patched `numba.cuda.jit` in the test "
+        "successes as failures); jit calls: calls of the installed `numba.cuda.jit` in the test "
         "process, those from numba-cuda itself (vectorize, reductions, ...) in brackets",
         "",
-        "| module | numba-cuda | fastlaunch | jit calls |",
+        "| module | numba-cuda | fastlaunch.install() | jit calls |",
         "| --- | --- | --- | --- |",
     ]
     totals = {mode: Counter() for mode in MODES}
     for module, runs in results.items():
         for mode in MODES:
             totals[mode].update(runs[mode]["counts"])
-        callers = runs["patched"].get("jit_callers", {})
+        callers = runs["installed"].get("jit_callers", {})
         internal = sum(n for c, n in callers.items() if _internal(c))
         calls = f"{sum(callers.values())}" + (f" ({internal})" if internal else "")
-        if "jit_callers" not in runs["patched"]:
+        if "jit_callers" not in runs["installed"]:
             calls = "?"
-        row = [module, _cell(runs["unpatched"]), _cell(runs["patched"]), calls]
+        row = [module, _cell(runs["plain"]), _cell(runs["installed"]), calls]
         lines.append("| " + " | ".join(_md(x, 400) for x in row) + " |")
     total_cells = ["/".join(str(totals[m][k]) for k in COLUMNS) for m in MODES]
     lines.append(f"| **total** | {total_cells[0]} | {total_cells[1]} | |")
@@ -583,13 +545,54 @@ def report(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> tuple[st
             lines.append(f"- {module} {mode}: {status}" + (f": `{_md(fatal)}`" if fatal else ""))
         lines.append("")
         lines.append("Their output's last lines are under `log_tail` in conformance.json.")
-    doc = {"meta": meta, "modules": results, "differences": worse, "patched_only": better}
+    doc = {"meta": meta, "modules": results, "differences": worse, "installed_only": better}
     return "\n".join(lines) + "\n", doc
 
 
+def _selected(args: argparse.Namespace) -> list[str]:
+    """--modules, else every module (--group K/N: that group of them)."""
+    if args.modules:
+        return [m.strip() for m in args.modules.split(",") if m.strip()]
+    modules = discover()
+    return group_of(modules, args.group) if args.group else modules
+
+
+def merge(paths: list[str], out_dir: Path) -> int:
+    """Several runs' conformance.json (one group each) into one results.md: the later run of
+    a module wins."""
+    results: dict[str, dict[str, Any]] = {}
+    metas = []
+    for path in paths:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        metas.append(doc["meta"])
+        for module, runs in doc["modules"].items():
+            for mode in MODES:
+                if mode in runs:
+                    runs[mode]["counts"] = Counter(runs[mode].get("counts", {}))
+            results[module] = runs
+    order = {m: i for i, m in enumerate(discover())}
+    results = dict(sorted(results.items(), key=lambda kv: (order.get(kv[0], 10**6), kv[0])))
+    last = metas[-1]
+    meta = {
+        **last,
+        "date": ", ".join(sorted({m["date"] for m in metas})),
+        "wall_s": sum(m.get("wall_s", 0) for m in metas),
+        "runs": len(metas),
+        "modules": list(results),
+    }
+    missing = [m for m in discover() if m not in results]
+    markdown, doc = report(results, meta)
+    if missing:
+        markdown += f"\n## Not run yet ({len(missing)})\n\n" + ", ".join(missing) + "\n"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.md").write_text(markdown, encoding="utf-8")
+    (out_dir / "conformance.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(markdown)
+    return 0
+
+
 def parent(args: argparse.Namespace) -> int:
-    modules = [m.strip() for m in args.modules.split(",") if m.strip()] if args.modules else []
-    modules = modules or list(MODULES)
+    modules = _selected(args)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
@@ -618,7 +621,7 @@ def parent(args: argparse.Namespace) -> int:
             list(pool.map(work, jobs))
     versions: dict[str, str] = {}
     for runs in results.values():
-        for mode in reversed(MODES):  # the patched run also knows fastlaunch's version
+        for mode in reversed(MODES):  # the installed run also knows fastlaunch's version
             versions = versions or runs[mode].get("versions", {})
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -640,6 +643,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="folder for conformance.md and conformance.json")
     p.add_argument("--modules", help="comma-separated modules (default: all of them)")
+    p.add_argument("--group", help="K/N: run the K-th of N groups of all the modules")
+    p.add_argument("--list", action="store_true", help="print the modules (of --group) and stop")
+    p.add_argument("--merge", nargs="+", metavar="JSON", help="merge runs into OUT/results.md")
     p.add_argument("--jobs", type=int, default=4, help="module runs at a time (default 4)")
     p.add_argument("--timeout", type=float, default=240, help="seconds per module run")
     p.add_argument(
@@ -656,8 +662,13 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.module and args.result_file):
             p.error("--mode needs --module and --result-file")
         return child(args.mode, args.module, Path(args.result_file))
+    if args.list:
+        print("\n".join(_selected(args)))
+        return 0
     if not args.out:
         p.error("--out is required")
+    if args.merge:
+        return merge(args.merge, Path(args.out))
     return parent(args)
 
 

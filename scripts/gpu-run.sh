@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # The one command the GPU machine runs, from a copy of this repo with .whl/ and .gpu/
 # carried (both made here by `make gpu-prepare`). That machine has Python 3.12, no cargo,
-# no network, and numpy 2.5 (numba-cuda 0.30.4 needs < 2.5): the wheels in .whl/ (fastlaunch
-# and numpy 2.4) are installed into /tmp/site, which goes first on PYTHONPATH.
+# no network, and NumPy 2.5, which is used as it is (fastlaunch restores the np.row_stack alias
+# numba-cuda 0.30 names): the wheels in .whl/ (fastlaunch, and the test-only packages the image
+# lacks) are installed into /tmp/site, which goes first on PYTHONPATH.
 #
 # usage: bash scripts/gpu-run.sh [PART...]      (default: all)
 #   rust       .gpu/bin/*-tests $RUST_TEST_ARGS (the Rust tests that need a GPU)
 #   tests      python3 -m pytest -m gpu tests $PYTEST_ARGS
 #   bench      python3 benchmarks/run.py --out $OUT $BENCH_ARGS (when that file exists)
 #   stages     python3 benchmarks/stages.py (per-stage launch cost)
-#   conformance python3 conformance/run.py --out $OUT (numba-cuda's own tests, both ways)
+#   conformance python3 conformance/run.py --out $OUT (numba-cuda's own tests, plain and
+#              installed); CONFORMANCE_GROUP=K/N runs the K-th of N groups of the 119 modules
+#              (default 1/3: a group fits one run; "all" runs every module), 8 module runs at
+#              a time (CONFORMANCE_JOBS) within CONFORMANCE_BUDGET s (420); merge the runs'
+#              conformance.json here with conformance/run.py --merge
+#   fresh      scripts/fresh-wheel.sh: the wheel alone in a fresh venv: info, an example,
+#              `python -m fastlaunch run` on an unedited numba-cuda program, FASTLAUNCH_INSTALL=1
 #   rustbench  .gpu/bin/*-bench --bench (criterion; not part of `all`)
 #   threads    aggregate launches/s from 1-8 threads: the Rust floor, then fastlaunch and
 #              numba-cuda (benchmarks/threads.py); not part of `all`
@@ -141,7 +148,14 @@ graphed_bench() {
 }
 
 conformance() {
-  python3 conformance/run.py --out "$OUT" --jobs 6 --budget "${CONFORMANCE_BUDGET:-300}"
+  local group=()
+  [[ ${CONFORMANCE_GROUP:-1/3} == all ]] || group=(--group "${CONFORMANCE_GROUP:-1/3}")
+  python3 conformance/run.py --out "$OUT" --jobs "${CONFORMANCE_JOBS:-8}" \
+    --budget "${CONFORMANCE_BUDGET:-420}" "${group[@]}"
+}
+
+fresh() {
+  bash scripts/fresh-wheel.sh
 }
 
 main() {
@@ -149,9 +163,9 @@ main() {
   for arg in "${@:-all}"; do
     case $arg in
       all) parts+=(rust tests stages conformance bench) ;;
-      rust | tests | bench | rustbench | stages | conformance | threads | graphed) parts+=("$arg") ;;
+      rust | tests | bench | rustbench | stages | conformance | threads | graphed | fresh) parts+=("$arg") ;;
       *)
-        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, threads, graphed, all)"
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, threads, graphed, fresh, all)"
         return 2
         ;;
     esac
@@ -168,6 +182,7 @@ main() {
       conformance) name="conformance/run.py (numba-cuda's own tests)" fn=conformance ;;
       threads) name="thread scaling (Rust floor, fastlaunch, numba-cuda)" fn=thread_scaling ;;
       graphed) name="benchmarks/graphed.py (graphed steps)" fn=graphed_bench ;;
+      fresh) name="scripts/fresh-wheel.sh (the wheel alone, fresh venv)" fn=fresh ;;
     esac
     section "$name"
     t0=$SECONDS

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastlaunch import _core, errors
+from fastlaunch import _core, _numpy_compat, errors
 from fastlaunch._core import driver_version, is_available, synchronize
+from fastlaunch._installer import install, is_installed, uninstall
 from fastlaunch.devices import Device, DeviceList, current_device, gpus, select_device
 from fastlaunch.dispatcher import Kernel, jit
 from fastlaunch.errors import (
@@ -35,6 +36,8 @@ from fastlaunch.streams import (
 )
 
 __version__: str = _core.__version__
+
+_numpy_compat.apply()  # NumPy 2.5 lacks np.row_stack, which numba-cuda 0.30 names
 
 if TYPE_CHECKING:
     from fastlaunch.errors import CudaDriverError, LaunchRefusedError
@@ -76,6 +79,9 @@ __all__ = [
     "GraphedStep",
     "graph",
     "graphed",
+    "install",
+    "is_installed",
+    "uninstall",
     "__version__",
     "current_device",
     "driver_version",

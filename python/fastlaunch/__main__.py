@@ -118,6 +118,24 @@ def _installed() -> str:
     return text
 
 
+def _startup_hook() -> str:
+    """Where fastlaunch_install.pth is (it installs at start-up when FASTLAUNCH_INSTALL=1)."""
+    import site
+
+    folders = [*site.getsitepackages(), site.getusersitepackages(), *sys.path]
+    found = next(
+        (
+            p
+            for p in (os.path.join(f, "fastlaunch_install.pth") for f in folders)
+            if os.path.isfile(p)
+        ),
+        None,
+    )
+    value = os.environ.get("FASTLAUNCH_INSTALL")
+    state = f"FASTLAUNCH_INSTALL={value}" if value is not None else "FASTLAUNCH_INSTALL unset"
+    return f"{found or 'fastlaunch_install.pth not in a site directory'}; {state}"
+
+
 def _extension_build() -> str:
     name = os.path.basename(_core.__file__ or "")
     if ".abi3." in name:
@@ -221,8 +239,9 @@ def _why_unavailable(reason: str) -> list[str]:
         if visible is not None:
             hints.append(f"CUDA_VISIBLE_DEVICES={visible!r} limits which GPUs are visible")
     elif " lacks " in reason:
-        hints.append("the driver library lacks an entry point fastlaunch needs: a newer")
-        hints.append("NVIDIA driver is needed (or FASTLAUNCH_CUDA_DRIVER names the wrong one)")
+        hints.append("the driver library lacks an entry point fastlaunch needs: a driver for")
+        hints.append("CUDA 12.0 or newer is needed (NVIDIA 525 or later; `nvidia-smi` shows the")
+        hints.append("version), or FASTLAUNCH_CUDA_DRIVER names the wrong library")
     nodes = glob.glob("/dev/nvidia[0-9]*")
     hints.append(f"device nodes: {', '.join(sorted(nodes)) if nodes else 'none (/dev/nvidia*)'}")
     return hints
@@ -235,6 +254,7 @@ def info() -> None:
     guarded("installed", _installed)
     guarded("extension", _extension_build)
     guarded("package", lambda: os.path.dirname(fl.__file__ or "?"))
+    guarded("start-up hook", _startup_hook)
 
     section("Python")
     row("Python", f"{sys.version.split()[0]} ({platform.python_implementation()})")
@@ -284,12 +304,20 @@ def info() -> None:
 
 
 USAGE = """usage: python -m fastlaunch [info]
+       python -m fastlaunch run [--report] [--no-children] script.py [args...]
+       python -m fastlaunch run [--report] [--no-children] -m module [args...]
 
   info   (the default) fastlaunch, Python, library, driver and device versions, settings
-         and environment: what a bug report needs."""
+         and environment: what a bug report needs.
+  run    runs a program unedited with fastlaunch installed (numba.cuda.jit makes
+         fastlaunch kernels), as python -m cProfile runs one; run --help says more."""
 
 
 def main(argv: list[str]) -> int:
+    if argv[1:2] == ["run"]:
+        from fastlaunch._run import run
+
+        return run(argv[2:])
     if argv[1:] in ([], ["info"]):
         info()
         return 0

@@ -181,6 +181,7 @@ class Kernel(_core.Kernel):
             self._set_always_numba(True)
         self.numba_launches = 0
         _compile_through(dispatcher, self)
+        register_as_numba_dispatcher()
 
     @property
     def py_func(self) -> Callable[..., Any]:
@@ -204,6 +205,27 @@ class Kernel(_core.Kernel):
 
     def __repr__(self) -> str:
         return f"<fastlaunch.Kernel {self.__qualname__}>"
+
+    # -- numba-cuda's specialize / forall, launching through fastlaunch -----------------
+
+    def specialize(self, *args: Any) -> Kernel:
+        """numba-cuda's ``specialize``: a kernel compiled for these arguments' types only
+        (cached per compute capability and types, as numba-cuda caches it), as a fastlaunch
+        kernel."""
+        specialization = self._dispatcher.specialize(*args)
+        made = specialization.__dict__.get("_fastlaunch_kernel")
+        if made is None:
+            made = Kernel(specialization)
+            specialization._fastlaunch_kernel = made
+        return made
+
+    def forall(self, ntasks: int, tpb: int = 0, stream: Any = 0, sharedmem: int = 0) -> Any:
+        """numba-cuda's ``forall`` (1-D launch over ``ntasks``; ``tpb=0`` asks the driver for
+        a block size), launching the specialized kernel through fastlaunch. numba-cuda's
+        ``vectorize`` and ``guvectorize`` launch their kernels this way."""
+        from numba.cuda.dispatcher import ForAll
+
+        return ForAll(self, ntasks, tpb=tpb, stream=stream, sharedmem=sharedmem)
 
     def _warn_low_occupancy(self, grid_size: int) -> None:
         """numba-cuda's low-occupancy warning (``NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS``), given
@@ -494,6 +516,22 @@ def _compile_through(dispatcher: Any, kernel: Kernel) -> None:
     dispatcher._compile_for_args = compile_for_args
 
 
+_registered = False
+
+
+def register_as_numba_dispatcher() -> None:
+    """Makes ``isinstance(kernel, numba.cuda.dispatcher.CUDADispatcher)`` true for fastlaunch
+    kernels (and ``numba.cuda.extending.is_jitted``), as libraries check: CUDADispatcher is an
+    ABC, so Kernel is registered as a virtual subclass (it has the dispatcher's API through
+    ``__getattr__``). Once per process."""
+    global _registered
+    if not _registered:
+        from numba.cuda.dispatcher import CUDADispatcher
+
+        CUDADispatcher.register(Kernel)
+        _registered = True
+
+
 def _parameter_names(func: Callable[..., Any]) -> list[str] | None:
     """Positional parameter names, or None for functions taking ``*args``."""
     try:
@@ -540,7 +578,7 @@ def _wrap(made: Any, dispatcher_class: type) -> Any:
     return made
 
 
-__all__ = ["Kernel", "jit", "numba_type", "plan_entry"]
+__all__ = ["Kernel", "jit", "numba_type", "plan_entry", "register_as_numba_dispatcher"]
 
 
 if TYPE_CHECKING:

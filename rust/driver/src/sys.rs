@@ -125,13 +125,17 @@ macro_rules! driver_api {
                 $(
                     // SAFETY: the symbol is a C function of the CUDA driver whose
                     // signature is the one written in this table (cuda.h, CUDA 12/13).
+                    // Every required symbol is in CUDA 12.0's driver API (the library and
+                    // kernel calls and the _v2 graph kernel-node calls are 12.0's newest).
                     let $field = unsafe {
                         *library
                             .get::<unsafe extern "C" fn($($arg),*) -> CUresult>(
                                 concat!($symbol, "\0").as_bytes(),
                             )
                             .map_err(|e| Error::Unavailable(format!(
-                                "the CUDA driver {path} lacks {}: {e}", $symbol
+                                "the CUDA driver {path} lacks {}: {e} (fastlaunch needs a \
+                                 driver for CUDA 12.0 or newer: NVIDIA 525 or later)",
+                                $symbol
                             )))?
                     };
                 )*
