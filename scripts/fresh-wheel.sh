@@ -96,7 +96,13 @@ check spawned-worker env FASTLAUNCH_INSTALL=1 "$py" spawned.py
 step "without FASTLAUNCH_INSTALL: numba-cuda's own kernel"
 out=$(env -u FASTLAUNCH_INSTALL "$py" numba_saxpy.py 2>&1)
 echo "$out"
-check plain-kernel-class grep -q "kernel class: numba.cuda.dispatcher.CUDADispatcher" <<<"$out"
+# numba-cuda 0.30.4 alone cannot compile under NumPy 2.5 (np.row_stack is gone; fastlaunch
+# restores it only where it is imported), so this check applies to older NumPy only.
+if "$py" -c 'import numpy, sys; sys.exit(0 if hasattr(numpy, "row_stack") else 1)'; then
+  check plain-kernel-class grep -q "kernel class: numba.cuda.dispatcher.CUDADispatcher" <<<"$out"
+else
+  echo "fresh-wheel: NumPy without row_stack: numba-cuda's own compile fails, as expected"
+fi
 
 cd / && rm -rf "$tmp"
 if ((${#failed[@]})); then

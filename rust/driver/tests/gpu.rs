@@ -335,7 +335,7 @@ fn devices_are_listed_and_described() {
         );
         assert!(driver.device_total_memory(ordinal).expect("total memory") > 0);
     }
-    assert!(matches!(driver.device(count), Err(Error::Invalid(_))));
+    assert!(matches!(driver.device(count), Err(Error::NoSuchDevice { .. })));
 }
 
 #[test]

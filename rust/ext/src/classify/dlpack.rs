@@ -59,6 +59,13 @@ fn refuse_lazy_sign_view(
              unconjugated values); pass t.resolve_conj() instead",
         ));
     }
+    // A real tensor gets the negative bit only as a view (`c.conj().imag`, `_neg_view()`):
+    // `_base` (a C getter, no call) rules out the common case cheaply; `is_neg()` costs a
+    // torch method call (~0.35 µs on the H200) per tensor.
+    let complex = tensor.dtype.code == ffi_dlpack::KDL_COMPLEX;
+    if !complex && arg.getattr(intern!(py, "_base"))?.is_none() {
+        return Ok(());
+    }
     if is_set(intern!(py, "is_neg"))? {
         return Err(at.error(
             "tensor has its negative bit set (a lazy negated view, whose memory holds the \
