@@ -335,7 +335,10 @@ fn devices_are_listed_and_described() {
         );
         assert!(driver.device_total_memory(ordinal).expect("total memory") > 0);
     }
-    assert!(matches!(driver.device(count), Err(Error::NoSuchDevice { .. })));
+    assert!(matches!(
+        driver.device(count),
+        Err(Error::NoSuchDevice { .. })
+    ));
 }
 
 #[test]
