@@ -112,3 +112,25 @@ def kernel_kind(index: int, kernel: Any = None) -> dict[str, Any]:
         "installed": fastlaunch.is_installed(),
         "kernel": type(kernel).__name__,
     }
+
+
+def run_on_dask_workers(task: Any, kernel: Any) -> tuple[list[Any], list[Any]]:
+    """Runs ``task`` on the two worker processes of a Dask ``LocalCluster`` whose workers a
+    plugin installs fastlaunch in: once making its own kernel, once given ``kernel``
+    (shipped from here). Returns both lists of results."""
+    import distributed
+
+    class InstallFastlaunch(distributed.WorkerPlugin):
+        def setup(self, worker: Any) -> None:
+            install_in_worker()
+
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        client.register_plugin(InstallFastlaunch())
+        made_there = client.gather(client.map(task, range(2), pure=False))
+        shipped = client.gather(client.map(task, range(2), kernel=kernel, pure=False))
+    return made_there, shipped

@@ -461,28 +461,12 @@ def test_spawn_workers_with_install_as_initializer(workers_importable):
 
 
 def test_dask_worker_plugin_installs(workers_importable):
-    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("distributed")
     import install_workers
-
-    class InstallFastlaunch(distributed.WorkerPlugin):
-        def setup(self, worker):
-            import fastlaunch
-
-            fastlaunch.install()
 
     with fastlaunch.install():
         shipped = install_workers._saxpy_source()
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        client.register_plugin(InstallFastlaunch())
-        made_there = client.gather(client.map(install_workers.kernel_kind, range(2), pure=False))
-        sent = client.gather(
-            client.map(install_workers.kernel_kind, range(2), kernel=shipped, pure=False)
-        )
+    made_there, sent = install_workers.run_on_dask_workers(install_workers.kernel_kind, shipped)
     assert len({r["pid"] for r in made_there}) == 2
     for r in made_there + sent:
         assert r["installed"] and r["kernel"] == "Kernel", r

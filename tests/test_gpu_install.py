@@ -185,27 +185,11 @@ def test_torch_multiprocessing_spawn_workers_install(spawn_env, tmp_path):
 def test_dask_local_cluster_workers(spawn_env):
     """Two worker processes sharing the one GPU: install() in each through a worker plugin;
     a kernel shipped from here and one made there both launch through fastlaunch."""
-    distributed = pytest.importorskip("distributed")
-
-    class InstallFastlaunch(distributed.WorkerPlugin):
-        def setup(self, worker):
-            import fastlaunch
-
-            fastlaunch.install()
+    pytest.importorskip("distributed")
 
     with fastlaunch.install():
         shipped = install_workers._saxpy_source()
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        client.register_plugin(InstallFastlaunch())
-        made_there = client.gather(client.map(install_workers.launch, range(2), pure=False))
-        shipped_runs = client.gather(
-            client.map(install_workers.launch, range(2), kernel=shipped, pure=False)
-        )
+    made_there, shipped_runs = install_workers.run_on_dask_workers(install_workers.launch, shipped)
     print(json.dumps({"made_in_workers": made_there, "shipped": shipped_runs}))
     for r in made_there + shipped_runs:
         assert r["ok"] and r["fastlaunch_kernel"] and r["numba_launches"] == 0, r
