@@ -46,3 +46,21 @@ class FakeCAI:
             "data": (ptr, readonly),
             "version": 3,
         }
+
+
+class CAIView:
+    """A bare CUDA Array Interface (v3, no stream) over a real device array, which it keeps
+    alive. With ``explicit_strides``, C strides are spelled out where the array reports
+    none (numba-cuda then types it layout 'A', fastlaunch from the strides)."""
+
+    def __init__(self, array, explicit_strides=False):
+        cai = dict(array.__cuda_array_interface__, stream=None)
+        if explicit_strides and cai["strides"] is None:
+            itemsize = np.dtype(cai["typestr"]).itemsize
+            strides, step = [], itemsize
+            for extent in reversed(cai["shape"]):
+                strides.insert(0, step)
+                step *= extent
+            cai["strides"] = tuple(strides)
+        self.__cuda_array_interface__ = cai
+        self._array = array

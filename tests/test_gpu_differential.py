@@ -10,6 +10,7 @@ import random
 
 import numpy as np
 import pytest
+from arrays import CAIView
 from numba import cuda
 from numba.cuda.decorators import jit as numba_jit
 
@@ -27,14 +28,6 @@ def seeds() -> list[int]:
         lo, hi = spec.split("-")
         return list(range(int(lo), int(hi) + 1))
     return [int(s) for s in spec.split(",")]
-
-
-class CAI:
-    """A bare ``__cuda_array_interface__`` view of a numba array (v3, no stream)."""
-
-    def __init__(self, array):
-        self.__cuda_array_interface__ = dict(array.__cuda_array_interface__, stream=None)
-        self._array = array
 
 
 def host_array(rng: random.Random, dtype: str, ndim: int) -> np.ndarray:
@@ -58,7 +51,7 @@ def make_array(rng: random.Random, host: np.ndarray, source: str, layout: str):
     if source == "numba":
         return view
     if source == "cai":
-        return CAI(view)
+        return CAIView(view)
     if source == "torch":
         import torch
 

@@ -14,6 +14,7 @@ import enum
 
 import numpy as np
 import pytest
+from arrays import CAIView
 from numba import cuda
 from numba.cuda.decorators import jit as numba_jit
 
@@ -27,18 +28,9 @@ class Flag(enum.IntFlag):
     B = 2
 
 
-class CAI:
-    def __init__(self, array):
-        self.__cuda_array_interface__ = dict(array.__cuda_array_interface__, stream=None)
-        if self.__cuda_array_interface__["strides"] is None:
-            cai = self.__cuda_array_interface__
-            itemsize = np.dtype(cai["typestr"]).itemsize
-            strides, step = [], itemsize
-            for extent in reversed(cai["shape"]):
-                strides.insert(0, step)
-                step *= extent
-            cai["strides"] = tuple(strides)
-        self._array = array
+def strided_cai(host):
+    """``host`` on the device behind a CUDA Array Interface that reports its C strides."""
+    return CAIView(cuda.to_device(host), explicit_strides=True)
 
 
 def store(out, x):
@@ -57,7 +49,7 @@ ARRAY_SIGS_A = ["void(float64[::1], int64[:, :])", "void(float64[::1], uint32[:,
 
 def cases():
     int2d = lambda: cuda.to_device(np.arange(6, dtype=np.int64).reshape(2, 3))  # noqa: E731
-    u32 = lambda: CAI(cuda.to_device(np.arange(6, dtype=np.uint32).reshape(2, 3)))  # noqa: E731
+    u32 = lambda: strided_cai(np.arange(6, dtype=np.uint32).reshape(2, 3))  # noqa: E731
     return [
         ("int", store, SCALAR_SIGS, lambda: 5, None),
         ("float", store, SCALAR_SIGS, lambda: 2.5, None),
@@ -77,7 +69,7 @@ def cases():
             "float32 2-D CAI vs [:, ::1]",
             store_first,
             ARRAY_SIGS,
-            lambda: CAI(cuda.to_device(np.ones((2, 3), np.float32))),
+            lambda: strided_cai(np.ones((2, 3), np.float32)),
             "layout",
         ),
     ]
