@@ -138,3 +138,68 @@ def test_launches_numba_cuda_makes_see_the_fastlaunch_kernel_as_dispatcher():
     assert capture["config"].blockdim == (2, 1, 1)
     assert a[0] == 1
     assert kernel.numba_launches == 1
+
+
+# -- pre_launch_callbacks: beside numba-cuda's own ------------------------------------------
+
+
+def _callback_trace(make_kernel, arguments):
+    """Launches twice through one configuration with a callback, and once through a new
+    configuration; returns what the callbacks saw (the overload's type and its argument
+    types, whether the configuration is the one called) and the launch count. Callbacks may
+    not call CUDA (numba-cuda's rule), so they only record."""
+    out = cuda.to_device(np.zeros(1, np.int32))
+    seen = []
+
+    def callback(overload, launch_config):
+        seen.append(
+            (
+                type(overload).__name__,
+                tuple(str(t) for t in overload.signature.args),
+                launch_config is configured,
+                launch_config.griddim,
+            )
+        )
+
+    @make_kernel
+    def count(out, x):
+        out[0] += 1
+
+    configured = count[2, 32]
+    configured.pre_launch_callbacks.append(callback)
+    configured(out, arguments)
+    cuda.synchronize()
+    configured(out, arguments)
+    count[2, 32](out, arguments)  # a new configuration has no callbacks
+    cuda.synchronize()
+    return seen, int(out.copy_to_host()[0])
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [np.float32(1.5), 7, (1, 2.0)],
+    ids=["numpy-scalar", "int", "tuple"],
+)
+def test_pre_launch_callbacks_run_as_under_numba_cuda(arguments):
+    numba_seen, numba_count = _callback_trace(cuda.jit, arguments)
+    fast_seen, fast_count = _callback_trace(fl.jit, arguments)
+    assert fast_seen == numba_seen
+    assert fast_count == numba_count == 3
+    assert len(fast_seen) == 2 and fast_seen[0][0] == "_Kernel"
+
+
+def test_pre_launch_callbacks_on_an_argument_numba_cuda_launches():
+    host = np.zeros(4, np.float32)
+    seen = []
+
+    @fl.jit
+    def fill(a):
+        a[cuda.grid(1)] = 2
+
+    configured = fill[1, 4]
+    configured.pre_launch_callbacks.append(
+        lambda overload, config: seen.append(str(overload.signature.args[0]))
+    )
+    configured(host)
+    assert seen == ["array(float32, 1d, C)"]
+    assert host.tolist() == [2, 2, 2, 2]

@@ -94,6 +94,8 @@ class _KernelHooks(Protocol):
         """numba-cuda's low-occupancy warning, asked once per kernel."""
     def _current_launch_args(self) -> tuple[Any, ...] | None:
         """The arguments of the launch compiling on this thread (``Launcher.args``)."""
+    def _run_pre_launch_callbacks(self, launcher: Launcher, args: tuple[Any, ...]) -> None:
+        """Runs ``launcher.pre_launch_callbacks`` (called only when there are some)."""
 
 @disjoint_base
 class Kernel:
@@ -124,6 +126,9 @@ class Kernel:
         *,
         cluster: Any = None,
     ) -> Launcher: ...
+    def _configured(
+        self, griddim: Any, blockdim: Any, stream: Any, sharedmem: Any, cluster: Any
+    ) -> Launcher: ...
 
 @final
 class Launcher:
@@ -147,6 +152,13 @@ class Launcher:
     def args(self) -> tuple[Any, ...] | None:
         """The arguments of the launch compiling on this thread (numba-cuda's
         ``launch_config.args``); None outside a launch-triggered compile."""
+    @property
+    def pre_launch_callbacks(self) -> list[Callable[[Any, Launcher], None]]:
+        """numba-cuda's ``pre_launch_callbacks``: ``callback(kernel, launch_config)``
+        before each launch of this configuration."""
+    @property
+    def dispatcher(self) -> Kernel: ...
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]: ...
 
 @final
 class BoundLaunch:

@@ -274,6 +274,24 @@ class Kernel(_core.Kernel):
 
         return _dispatcher.get_current_launch_args()
 
+    def _run_pre_launch_callbacks(self, launcher: _core.Launcher, args: tuple) -> None:
+        """Runs a configuration's ``pre_launch_callbacks`` as numba-cuda does: after the
+        arguments' overload is compiled, before the launch, with that overload (numba-cuda's
+        ``_Kernel``) and the configuration. Rust calls this only when there are callbacks."""
+        argtypes = tuple(self._argument_type(arg, i) for i, arg in enumerate(args))
+        configuration = (launcher.griddim, launcher.blockdim, launcher.stream, launcher.sharedmem)
+        kernel = self._select_overload(argtypes, args, configuration)
+        for callback in list(launcher.pre_launch_callbacks):
+            callback(kernel, launcher)
+
+    def _argument_type(self, arg: Any, position: int) -> Any:
+        """An argument's numba type as the launch types it: fastlaunch's reading where it
+        packs the argument, numba-cuda's ``typeof`` where numba-cuda launches it."""
+        try:
+            return numba_type(_core.classify(arg))
+        except (TypeError, ValueError):
+            return self._dispatcher.typeof_pyval(arg)
+
     # -- the miss path: type, compile, register --------------------------------------
 
     def _on_miss(
@@ -431,11 +449,16 @@ class Kernel(_core.Kernel):
         config = _launch_configuration(self, *configuration)
         previous = config._push_args(args)
         try:
-            return _dispatcher.Dispatcher._cuda_call(
+            kernel = _dispatcher.Dispatcher._cuda_call(
                 self._dispatcher,
                 *(_Typed(t) for t in argtypes),
                 __numba_cuda_launch_config__=config,
             )
+            # Callbacks the compile added to the current configuration run before the
+            # launch that compiled (numba-cuda runs that configuration's list then).
+            for callback in config.pre_launch_callbacks:
+                callback(kernel, config)
+            return kernel
         finally:
             config._pop_args(previous)
 

@@ -34,6 +34,8 @@ pub enum Error {
     Value(String),
     /// An index out of range: `IndexError`.
     Index(String),
+    /// An object that cannot be pickled: `pickle.PicklingError`.
+    Pickling(String),
     /// An exception already raised by Python code we called.
     Python(PyErr),
 }
@@ -131,6 +133,11 @@ impl From<Error> for PyErr {
             Error::Type(message) => PyTypeError::new_err(message),
             Error::Value(message) => PyValueError::new_err(message),
             Error::Index(message) => PyIndexError::new_err(message),
+            Error::Pickling(message) => py
+                .import("pickle")
+                .and_then(|pickle| pickle.getattr("PicklingError"))
+                .and_then(|class| class.call1((message,)))
+                .map_or_else(|e| e, PyErr::from_value),
             Error::Python(err) => err,
         })
     }

@@ -114,4 +114,23 @@ impl Kernel {
     ) -> Result<Launcher> {
         Launcher::configure(slf, griddim, blockdim, stream, sharedmem, cluster)
     }
+
+    /// Rebuilds an unpickled [`Launcher`] (what its `__reduce__` returns).
+    fn _configured(
+        slf: &Bound<'_, Self>,
+        griddim: &Bound<'_, PyAny>,
+        blockdim: &Bound<'_, PyAny>,
+        stream: &Bound<'_, PyAny>,
+        sharedmem: &Bound<'_, PyAny>,
+        cluster: &Bound<'_, PyAny>,
+    ) -> Result<Launcher> {
+        Launcher::configure(
+            slf,
+            griddim,
+            blockdim,
+            Some(stream),
+            Some(sharedmem),
+            Some(cluster),
+        )
+    }
 }

@@ -1,9 +1,12 @@
 //! `kernel[griddim, blockdim, stream, sharedmem]` and `kernel.configure(...)`: a frozen
 //! [`Launcher`], parsed once here for both spellings. Calling it launches (`launch.rs`);
-//! `bind(*args)` classifies and packs once (`bound.rs`).
+//! `bind(*args)` classifies and packs once (`bound.rs`). Like numba-cuda's
+//! `_LaunchConfiguration`, it has `pre_launch_callbacks` and pickles (as its kernel and
+//! configuration, the stream as its handle).
 
 use fastlaunch_driver::LaunchDims;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyFloat, PyList, PyTuple};
 use pyo3::{ffi, intern};
 
@@ -22,6 +25,9 @@ const LOW_OCCUPANCY_BLOCKS: u32 = 128;
 pub struct Launcher {
     kernel: Py<Kernel>,
     config: LaunchConfig,
+    /// numba-cuda's `pre_launch_callbacks`, made on first access: most launchers never
+    /// have one, and an empty list per `kernel[...]` would cost every launch.
+    pre_launch_callbacks: PyOnceLock<Py<PyList>>,
 }
 
 impl Launcher {
@@ -67,6 +73,7 @@ impl Launcher {
                 cluster,
                 stream: stream.unbind(),
             },
+            pre_launch_callbacks: PyOnceLock::new(),
         })
     }
 }
@@ -86,8 +93,15 @@ fn parse_dims(value: &Bound<'_, PyAny>, name: &str) -> Result<[u32; 3]> {
         } else {
             vec![value.clone()]
         };
-    let shown = || value.repr().map(|r| r.to_string()).unwrap_or_default();
-    if items.is_empty() || items.len() > 3 {
+    // numba-cuda's messages show the dimensions as the list it checked.
+    let shown = || {
+        PyList::new(value.py(), &items)
+            .and_then(|list| list.repr())
+            .map(|r| r.to_string())
+            .unwrap_or_default()
+    };
+    // An empty sequence is 1 x 1 x 1, as numba-cuda pads it.
+    if items.len() > 3 {
         return Err(Error::Value(format!(
             "{name} must be a sequence of 1, 2 or 3 integers, got {}",
             shown()
@@ -134,11 +148,61 @@ fn parse_sharedmem(value: &Bound<'_, PyAny>) -> Result<u32> {
     })
 }
 
+impl Launcher {
+    fn has_pre_launch_callbacks(&self, py: Python<'_>) -> bool {
+        self.pre_launch_callbacks
+            .get(py)
+            .is_some_and(|callbacks| !callbacks.bind(py).is_empty())
+    }
+}
+
 #[pymethods]
 impl Launcher {
     #[pyo3(signature = (*args))]
-    fn __call__(&self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> Result<()> {
-        launch::launch(py, self.kernel.bind(py), &self.config, args)
+    fn __call__(slf: &Bound<'_, Self>, args: &Bound<'_, PyTuple>) -> Result<()> {
+        let py = slf.py();
+        let launcher = slf.get();
+        let kernel = launcher.kernel.bind(py);
+        if launcher.has_pre_launch_callbacks(py) {
+            // As numba-cuda does: the callbacks see the overload these arguments launch.
+            kernel.call_method1(intern!(py, "_run_pre_launch_callbacks"), (slf, args))?;
+        }
+        launch::launch(py, kernel, &launcher.config, args)
+    }
+
+    /// numba-cuda's `pre_launch_callbacks`: each `callback(kernel, launch_config)` runs
+    /// before every launch of this configuration (`kernel` is numba-cuda's compiled
+    /// overload). Launches with callbacks type their arguments in Python first.
+    #[getter]
+    fn pre_launch_callbacks(&self, py: Python<'_>) -> Py<PyList> {
+        self.pre_launch_callbacks
+            .get_or_init(py, || PyList::empty(py).unbind())
+            .clone_ref(py)
+    }
+
+    /// The kernel this configures (numba-cuda's `launch_config.dispatcher`).
+    #[getter]
+    fn dispatcher(&self, py: Python<'_>) -> Py<Kernel> {
+        self.kernel.clone_ref(py)
+    }
+
+    /// Pickles as numba-cuda's configured launches do: the kernel and the configuration,
+    /// the stream as its handle; refused while callbacks are set.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> Result<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        if self.has_pre_launch_callbacks(py) {
+            return Err(Error::Pickling(
+                "Cannot pickle configured launches with pre-launch callbacks".into(),
+            ));
+        }
+        let configure = self.kernel.bind(py).getattr(intern!(py, "_configured"))?;
+        let state = (
+            self.griddim(),
+            self.blockdim(),
+            self.config.dims.stream,
+            self.config.dims.shared_mem_bytes,
+            self.cluster(),
+        );
+        Ok((configure, state.into_pyobject(py)?))
     }
 
     /// Classifies and packs `args` once: calling the result launches with no per-launch work.

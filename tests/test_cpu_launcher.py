@@ -1,0 +1,124 @@
+"""``kernel[griddim, blockdim, stream, sharedmem]`` (rust/ext/src/launcher.rs) as numba-cuda's
+``_LaunchConfiguration``: dimensions padded as numba-cuda pads them, ``pre_launch_callbacks``,
+``dispatcher`` and pickling. Callback runs need a launch: they go through the stand-in driver.
+test_gpu_numba_launchconfig.py runs the callbacks beside numba-cuda's on the GPU."""
+
+from __future__ import annotations
+
+import pickle
+import textwrap
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import fastlaunch
+
+pytestmark = pytest.mark.filterwarnings("ignore:Grid size")
+
+
+@fastlaunch.jit
+def kernel(a):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("griddim", "blockdim", "expected"),
+    [(5, 8, ((5, 1, 1), (8, 1, 1))), ((), (2, 3), ((1, 1, 1), (2, 3, 1)))],
+)
+def test_dimensions_are_padded_as_numba_cuda_pads_them(griddim, blockdim, expected):
+    launcher = kernel[griddim, blockdim]
+    numba_config = cuda.jit(kernel.py_func)[griddim, blockdim]
+    assert (launcher.griddim, launcher.blockdim) == expected
+    assert (numba_config.griddim, numba_config.blockdim) == expected
+
+
+def test_each_configuration_has_its_own_callback_list():
+    first, second = kernel[1, 1], kernel[1, 1]
+    first.pre_launch_callbacks.append(print)
+    assert first.pre_launch_callbacks == [print]
+    assert first.pre_launch_callbacks is first.pre_launch_callbacks
+    assert second.pre_launch_callbacks == []
+    assert first.dispatcher is kernel
+
+
+def test_a_configured_launch_pickles_with_its_configuration():
+    launcher = kernel.configure((5, 2), 8, 0, 16, cluster=(1, 2))
+    copy = pickle.loads(pickle.dumps(launcher))
+    assert type(copy) is type(launcher)
+    assert (copy.griddim, copy.blockdim, copy.sharedmem, copy.cluster) == (
+        (5, 2, 1),
+        (8, 1, 1),
+        16,
+        (1, 2, 1),
+    )
+    # numba-cuda pickles the kernel's function by value: a new kernel of the same code
+    assert isinstance(copy.dispatcher, fastlaunch.Kernel)
+    assert copy.dispatcher.py_func.__code__.co_code == kernel.py_func.__code__.co_code
+
+
+def test_pickling_a_configured_launch_with_callbacks_is_refused_as_numba_cuda_refuses():
+    launcher = kernel[5, 8]
+    launcher.pre_launch_callbacks.append(print)
+    with pytest.raises(
+        pickle.PicklingError, match="Cannot pickle configured launches with pre-launch callbacks"
+    ):
+        pickle.dumps(launcher)
+    launcher.pre_launch_callbacks.clear()
+    assert pickle.loads(pickle.dumps(launcher)).griddim == (5, 1, 1)
+
+
+CALLBACKS_ON_STAND_IN = textwrap.dedent(
+    """
+    import numpy as np
+    import fastlaunch as fl
+    from fastlaunch import _core
+
+    @fl.jit
+    def scalars(a, b):
+        pass
+
+    seen = []
+    # Stands for numba-cuda's compile (no compiler without a GPU): the overload the
+    # callbacks receive is what the kernel selects for the arguments' types.
+    scalars._select_overload = lambda argtypes, args, configuration: ("overload", argtypes)
+    scalars._register(
+        _core.fingerprint((np.float32(1), 2)), 90, ["float32", "int64"],
+        _core.CompiledKernel(b"image", "entry"),
+    )
+    launcher = scalars[2, 32]
+    launcher(np.float32(1), 2)
+    print("without", len(seen), scalars.miss_count)
+    launcher.pre_launch_callbacks.append(lambda k, c: seen.append(("first", k, c is launcher)))
+    launcher.pre_launch_callbacks.append(lambda k, c: seen.append(("second", c.griddim)))
+    launcher(np.float32(1), 2)
+    print("with", seen)
+
+    def refuse(k, c):
+        raise RuntimeError("refused by a callback")
+
+    launcher.pre_launch_callbacks.insert(0, refuse)
+    try:
+        launcher(np.float32(1), 2)
+    except RuntimeError as e:
+        print("raised", e, len(seen))
+    """
+)
+
+
+def test_callbacks_run_before_each_launch_with_the_overload_and_configuration(
+    run_on_stand_in,
+):
+    lines = run_on_stand_in(CALLBACKS_ON_STAND_IN)
+    assert lines[0] == "without 0 0"
+    assert lines[1] == (
+        "with [('first', ('overload', (float32, int64)), True), ('second', (2, 1, 1))]"
+    )
+    # a callback that raises stops the launch, and the callbacks after it
+    assert lines[2] == "raised refused by a callback 2"
+
+
+def test_arguments_only_numba_cuda_launches_are_typed_by_numba_cuda():
+    host = np.zeros(3, np.float32)
+    assert kernel._argument_type(host, 0) == cuda.jit(kernel.py_func).typeof_pyval(host)
+    assert str(kernel._argument_type(np.float32(1), 0)) == "float32"
