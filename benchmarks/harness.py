@@ -58,7 +58,7 @@ def apply_numpy_shim() -> None:
 
 @dataclass(frozen=True)
 class Case:
-    """One benchmark case of BENCHMARKS.md: its arrays (float32, C order) and scalars."""
+    """One benchmark case of docs/benchmarks.md: its arrays (float32, C order) and scalars."""
 
     id: str
     n_arrays: int = 0

@@ -47,7 +47,7 @@ DEFAULT_FLOOR_BIN = ROOT / ".gpu" / "bin" / "launch-bench"
 BATCH = 256
 CASE_ORDER = ["A", "B", "C", "D", "E16", "E256"]
 SUITE_CASES = {"one_arg": "B", "many_args": "D"}  # numba-cuda's suite → floor case
-#: ratio-to-floor targets of BENCHMARKS.md for fastlaunch, per case, at [1, 1]
+#: ratio-to-floor targets of docs/benchmarks.md for fastlaunch, per case, at [1, 1]
 TARGETS = {"A": 1.10, "B": 1.20, "C": 1.35, "D": 2.0}
 #: issue 8's targets: a pre-bound launch, and one kernel of a replayed graph, × the C floor
 BOUND_TARGET = 1.05
@@ -72,7 +72,7 @@ PATH_LABELS = {
 }
 MODES_ORDER = ("dispatch", "signature")
 PEERS = ["cuda.core", "cuda.bindings", "cupy.RawKernel", "torch op", "triton"]
-#: BENCHMARKS.md's comparators ("beat every comparator"); cuda.bindings with parameters
+#: docs/benchmarks.md's comparators ("beat every comparator"); cuda.bindings with parameters
 #: packed once is shown as a Python-side floor, not a comparator
 COMPARATORS = ["cuda.core", "cupy.RawKernel", "torch op", "triton"]
 DIST_NAMES = [

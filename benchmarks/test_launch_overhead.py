@@ -1,6 +1,6 @@
 """Host cost per kernel launch: fastlaunch against numba-cuda and the other launchers.
 
-Method (BENCHMARKS.md). Each pytest-benchmark round is one batch of 256 back-to-back
+Method (docs/benchmarks.md). Each pytest-benchmark round is one batch of 256 back-to-back
 launches, timed with ``time.perf_counter`` by ``benchmark.pedantic(batch, setup=sync,
 rounds=N, iterations=1)``: the context synchronize runs in ``setup``, untimed, before every
 round, so the queue never holds more than 256 launches and a round measures the host's cost,

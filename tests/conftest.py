@@ -1,5 +1,8 @@
-"""Tests marked ``gpu`` are skipped when fastlaunch finds no usable CUDA device. The
-``stand_in_driver`` fixture builds the stand-in CUDA driver for CPU tests of the launch path."""
+"""Tests marked ``gpu`` are skipped when fastlaunch finds no usable CUDA device. Tests marked
+``no_gpu`` check what happens without one: where there is a GPU they are skipped in this
+process and run by ``tests/test_gpu_hidden.py`` in a child pytest with every GPU hidden
+(``HIDE_GPUS``), so the CPU suite runs on every machine. The ``stand_in_driver`` fixture builds
+the stand-in CUDA driver for CPU tests of the launch path."""
 
 import os
 import shutil
@@ -11,6 +14,12 @@ from pathlib import Path
 import pytest
 
 STAND_IN_SOURCE = Path(__file__).parent / "stand_in_driver" / "fake_cuda.c"
+
+#: The environment that hides every GPU from the CUDA driver, for fastlaunch and numba-cuda
+#: alike: ``cuInit`` then reports ``CUDA_ERROR_NO_DEVICE``, so ``fastlaunch.is_available()``
+#: is false and numba-cuda raises ``CudaSupportError`` ("Error at driver init"), as on a
+#: machine without a GPU.
+HIDE_GPUS = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 @pytest.fixture(scope="session")
@@ -45,11 +54,18 @@ def run_on_stand_in(stand_in_driver: Path) -> Callable[[str], list[str]]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
-    if not gpu_items:
+    no_gpu_items = [item for item in items if item.get_closest_marker("no_gpu") is not None]
+    if not gpu_items and not no_gpu_items:
         return
     import fastlaunch  # lazily: collecting CPU-only tests never needs it
 
     if fastlaunch.is_available():
+        hidden = pytest.mark.skip(
+            reason="checks behaviour without a GPU: tests/test_gpu_hidden.py runs it in a "
+            "child process with the GPUs hidden"
+        )
+        for item in no_gpu_items:
+            item.add_marker(hidden)
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (fastlaunch.is_available() is False)")
     for item in gpu_items:

@@ -7,15 +7,13 @@ import py_compile
 import pytest
 from test_gpu_examples import EXAMPLES, SKIPPED, output_of, run_example
 
-import fastlaunch
-
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_compiles(path, tmp_path):
     py_compile.compile(str(path), cfile=str(tmp_path / "example.pyc"), doraise=True)
 
 
-@pytest.mark.skipif(fastlaunch.is_available(), reason="a GPU is present: the gpu tests run these")
+@pytest.mark.no_gpu  # with a GPU: run by test_gpu_hidden.py with the GPUs hidden
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_without_a_gpu_exits_77_and_says_why(path):
     done = run_example(path, timeout=120)

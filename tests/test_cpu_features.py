@@ -1,8 +1,9 @@
-"""numba-cuda's dispatcher features through fastlaunch, without a GPU (issue 5): every
+"""numba-cuda's dispatcher features through fastlaunch, on any machine (issue 5): every
 compile option is accepted and recorded as numba-cuda records it, invalid ones are refused
-as numba-cuda refuses them, and what needs a device (eager compiling, ``inspect_asm``,
-``specialize``, launching) fails with a clear error rather than a crash. The GPU side is in
-``test_gpu_features.py``."""
+as numba-cuda refuses them, and, without a GPU (the tests marked ``no_gpu``), what needs a
+device (eager compiling, ``inspect_asm``, ``specialize``, launching) fails with a clear error
+rather than a crash. On a machine with a GPU the ``no_gpu`` tests run in a child process with
+the GPUs hidden (``tests/test_gpu_hidden.py``). The GPU side is in ``test_gpu_features.py``."""
 
 from __future__ import annotations
 
@@ -18,10 +19,6 @@ from numba.cuda.cudadrv.error import CudaSupportError
 from numba.cuda.decorators import jit as numba_jit
 
 import fastlaunch as fl
-
-pytestmark = pytest.mark.skipif(
-    fl.is_available(), reason="checks behaviour without a GPU (the GPU side is tested there)"
-)
 
 # What numba-cuda (or fastlaunch) says when a device is needed and there is none.
 NO_DEVICE = (CudaSupportError, fl.CudaUnavailableError)
@@ -132,6 +129,7 @@ def test_debug_with_opt_and_debug_with_lineinfo_warn_as_numba_does():
     ],
     ids=repr,
 )
+@pytest.mark.no_gpu
 def test_eager_signatures_without_a_gpu_fail_clearly(signatures, options):
     # numba-cuda compiles eagerly for the current device, so without one it cannot.
     decorator = fl.jit(signatures, **options)
@@ -158,6 +156,11 @@ def test_inspection_before_compiling():
     buffer = io.StringIO()
     kernel.inspect_types(file=buffer)
     assert buffer.getvalue() == ""
+
+
+@pytest.mark.no_gpu
+def test_inspect_asm_without_a_gpu_fails_clearly():
+    kernel = fl.jit(fill_index)
     # inspect_asm asks for the current device's compute capability even with no overloads.
     with pytest.raises(NO_DEVICE, match=NO_DEVICE_MESSAGE):
         kernel.inspect_asm()
@@ -178,28 +181,43 @@ def test_numba_compiles_ptx_of_a_fastlaunch_kernel_with_its_options_without_a_gp
     assert re.search(r"\.minnctapersm\s+2\b", ptx)
 
 
-def test_specialize_and_forall_without_a_gpu():
+def test_forall_of_no_tasks_does_nothing_and_a_negative_count_is_refused():
     kernel = fl.jit(fill_index)
-    with pytest.raises(NO_DEVICE, match=NO_DEVICE_MESSAGE):
-        kernel.specialize(1)
     assert kernel.forall(0)(1) is None  # no tasks: nothing to compile or launch
-    with pytest.raises(NO_DEVICE, match=NO_DEVICE_MESSAGE):
-        kernel.forall(10)(1)
     with pytest.raises(ValueError, match="negative task count"):
         kernel.forall(-1)
 
 
-def test_configure_takes_dynamic_shared_memory_above_48kb_and_launching_needs_a_gpu():
+@pytest.mark.no_gpu
+def test_specialize_and_forall_without_a_gpu():
+    kernel = fl.jit(fill_index)
+    with pytest.raises(NO_DEVICE, match=NO_DEVICE_MESSAGE):
+        kernel.specialize(1)
+    with pytest.raises(NO_DEVICE, match=NO_DEVICE_MESSAGE):
+        kernel.forall(10)(1)
+
+
+def configured_with_200kb_of_shared_memory():
     kernel = fl.jit(fill_index)
     sharedmem = 200 * 1024
     launcher = kernel.configure(256, 64, 0, sharedmem)
+    indexed = kernel[256, 64, None, sharedmem]
+    return launcher, indexed
+
+
+def test_configure_takes_dynamic_shared_memory_above_48kb():
+    launcher, indexed = configured_with_200kb_of_shared_memory()
     assert (launcher.griddim, launcher.blockdim, launcher.sharedmem) == (
         (256, 1, 1),
         (64, 1, 1),
-        sharedmem,
+        200 * 1024,
     )
-    indexed = kernel[256, 64, None, sharedmem]
-    assert indexed.sharedmem == sharedmem
+    assert indexed.sharedmem == 200 * 1024
+
+
+@pytest.mark.no_gpu
+def test_launching_a_configured_kernel_needs_a_gpu():
+    launcher, indexed = configured_with_200kb_of_shared_memory()
     with pytest.raises(fl.CudaUnavailableError):
         launcher(1)
     with pytest.raises(fl.CudaUnavailableError):

@@ -8,7 +8,8 @@ import pytest
 import fastlaunch
 from fastlaunch import CudaUnavailableError, LaunchConfigurationError, _core
 
-NO_GPU = pytest.mark.skipif(fastlaunch.is_available(), reason="checks behaviour without a GPU")
+#: checks behaviour without a GPU (with a GPU: run by test_gpu_hidden.py)
+NO_GPU = pytest.mark.no_gpu
 
 
 @fastlaunch.jit

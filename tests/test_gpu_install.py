@@ -118,7 +118,7 @@ def test_kernels_numba_cuda_builds_after_install():
     assert any("vectorized" in name for name in names), names
     launched = []
     for k in made:
-        # cuda.reduce's kernel is launched through numba-cuda's path (README: reach table)
+        # cuda.reduce's kernel is launched through numba-cuda's path (docs/process-wide.md)
         assert k.numba_launches == 0 or "reduce" in k.__name__, k
         launched.append(k.overload_count)
         for spec in k.specializations.values():  # forall's specializations
@@ -126,7 +126,7 @@ def test_kernels_numba_cuda_builds_after_install():
             assert fast.numba_launches == 0 and fast.overload_count == 1, fast
             launched.append(1)
     # vectorize (through forall) and reduce; guvectorize's kernel was not seen among
-    # fastlaunch's on the H200 (README: reach table)
+    # fastlaunch's on the H200 (docs/process-wide.md)
     assert sum(launched) >= 2, [(k.__name__, k.overload_count) for k in made]
 
 

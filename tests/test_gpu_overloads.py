@@ -6,7 +6,7 @@ refuse an ambiguous or impossible call. fastlaunch applies numba's rule
 (``typingctx.resolve_overload``) to its own argument types, which differ in one place: a
 ``__cuda_array_interface__`` array with strides is typed with the layout of its strides,
 where numba-cuda says ``A`` — so a C-contiguous CAI array matches a ``[:, ::1]`` signature
-under fastlaunch and nothing under numba-cuda (README: where fastlaunch differs)."""
+under fastlaunch and nothing under numba-cuda (docs/differences.md)."""
 
 from __future__ import annotations
 
