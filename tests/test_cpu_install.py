@@ -151,8 +151,14 @@ def test_installed_kernels_and_report():
     with fastlaunch.install():
         k = numba.cuda.jit(body)
         assert k in fastlaunch._installer.installed_kernels()
+        # a decorator factory's kernel counts once it is made (guvectorize makes its kernels
+        # with cuda.jit(signature)(stager))
+        factory = numba.cuda.jit(debug=True, opt=False)
+        assert len(fastlaunch._installer.installed_kernels()) == 1
+        made = factory(body)
+        assert fastlaunch._installer.installed_kernels() == [k, made]
         text = fastlaunch._installer.report()
-    assert "numba.cuda.jit made" in text and "body" in text
+    assert "numba.cuda.jit made" in text and text.count("body: ") == 2
 
 
 def test_uninstall_leaves_a_later_replacement_alone(caplog):

@@ -148,16 +148,30 @@ def _make_installed_jit(original: Any) -> Any:
     def jit(func_or_sig: Any = None, *signatures: Any, **options: Any) -> Any:
         _callers[sys._getframe(1).f_globals.get("__name__", "?")] += 1
         made = fastlaunch_jit(func_or_sig, *signatures, **options)
-        if not options.get("device"):
-            _note(made)
-        return made
+        return made if options.get("device") else _noted(made)
 
     jit._fastlaunch_installed = True  # type: ignore[attr-defined]
     return jit
 
 
+def _noted(made: Any) -> Any:
+    """Counts the kernels the installed jit makes: ``made`` itself, or, for a decorator
+    factory (``cuda.jit("sig")``, ``cuda.jit(debug=True)``; numba-cuda's guvectorize uses
+    the first), the kernel it makes later."""
+    from fastlaunch.dispatcher import Kernel
+
+    if isinstance(made, Kernel) or not callable(made):
+        _note(made)
+        return made
+
+    @functools.wraps(made)
+    def decorator(func: Any) -> Any:
+        return _noted(made(func))
+
+    return decorator
+
+
 def _note(made: Any) -> None:
-    """Counts the kernels the installed jit makes (a decorator factory's later result too)."""
     from fastlaunch.dispatcher import Kernel
 
     global _made

@@ -140,18 +140,15 @@ def _check_argument(expected: Any, given: Any, position: int, name: str) -> None
 
 
 def _stream_for_numba(stream: Any) -> Any:
-    """A launch's stream as numba-cuda's own launch path takes it."""
+    """A launch's stream as numba-cuda's own launch path takes it: numba streams as they
+    are, any other stream object by its handle (read by Rust, as the launch path reads it)."""
     from numba.cuda.cudadrv import driver
 
     _, cuda, _, _ = _numba()
-    if not stream:
-        return driver._to_core_stream(0)
-    if isinstance(stream, int):
-        return driver._to_core_stream(cuda.external_stream(stream))
     if isinstance(stream, driver.Stream):
         return driver._to_core_stream(stream)
-    _, handle = stream.__cuda_stream__()
-    return driver._to_core_stream(cuda.external_stream(handle))
+    handle = _core.stream_handle(stream)
+    return driver._to_core_stream(cuda.external_stream(handle) if handle else 0)
 
 
 class Kernel(_core.Kernel):

@@ -37,6 +37,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(streams::ordering_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(streams::set_default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(streams::default_stream_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(streams::stream_handle, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::classify, m)?)?;
     m.add_function(wrap_pyfunction!(code::set_release_gil, m)?)?;
     m.add_function(wrap_pyfunction!(code::releases_gil, m)?)?;

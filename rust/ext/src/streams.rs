@@ -238,6 +238,13 @@ fn stream_argument(stream: Option<&Bound<'_, PyAny>>) -> Result<usize> {
     }
 }
 
+/// [`parse_stream`] for Python: the one reading of a stream object, which the numba-cuda
+/// path uses too.
+#[pyfunction]
+pub(crate) fn stream_handle(stream: &Bound<'_, PyAny>) -> Result<usize> {
+    parse_stream(stream)
+}
+
 /// A stream handle from 0/None, an int handle, or any object with `__cuda_stream__`
 /// (numba, torch, CuPy and cuda.core streams).
 pub(crate) fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
