@@ -2,8 +2,9 @@
 calls ``_on_miss`` once and registers what it returns, ``(param_types, target)``. With numba
 parameter types, Rust builds the packing plan from them and asks ``target(packed)`` for what
 to launch; with ``None``, ``target`` is numba-cuda's launch. Run against the stand-in driver
-with a ``_core.Kernel`` whose ``_on_miss`` returns fixed answers (numba-cuda cannot compile
-without a GPU); ``fastlaunch.Kernel._on_miss`` is tested on a GPU."""
+(numba-cuda cannot compile without a GPU): a ``_core.Kernel`` whose ``_on_miss`` returns fixed
+answers, and ``fastlaunch.Kernel._on_miss`` with numba-cuda's compile, image loading and
+launch replaced by stand-ins (the GPU tests run them for real)."""
 
 from __future__ import annotations
 
@@ -97,4 +98,72 @@ def test_rust_registers_what_on_miss_returns(run_on_stand_in):
         "ValueError a CompiledKernel target needs a packing plan [False] 0",
         "TypeError an overload's target must be a CompiledKernel or a callable [True] 0",
         "TypeError _on_miss must return a pair (param_types, target) [] 0",
+    ]
+
+
+DISPATCHER = textwrap.dedent(
+    """
+    import types as pytypes
+    import fastlaunch as fl
+    from fastlaunch import _core
+    from numba.cuda import types
+
+    assert fl.is_available(), _core.unavailable_reason()
+
+    def overload(*param_types, **flags):
+        # what numba-cuda's compile gives _on_miss: its parameter types and flags
+        return pytypes.SimpleNamespace(
+            signature=pytypes.SimpleNamespace(args=param_types),
+            launch_config_sensitive=flags.get("sensitive", False),
+            debug=False,
+        )
+
+    def kernel_for(compiled):
+        def k(x, y):
+            pass
+
+        kernel = fl.jit(k)
+        kernel._select_overload = lambda argtypes, args, configuration: compiled
+        loaded = []
+        kernel._target = lambda compiled, cc: loaded.append(cc) or _core.CompiledKernel(
+            b"image", "entry"
+        )
+        numba = []
+        kernel._numba_target = lambda compiled: lambda *a: numba.append(a[0])
+        kernel._launch_with_numba = lambda *a: numba.append(a[0])
+        return kernel, loaded, numba
+
+    # packed: the overload's types (float32 for a float64 argument: converted when packing)
+    kernel, loaded, numba = kernel_for(overload(types.float32, types.UniTuple(types.int64, 2)))
+    for _ in range(3):
+        kernel[1, 1](2.0, (1, 2))
+    print("packed", kernel.miss_count, kernel.overload_count, loaded, numba)
+    # a parameter fastlaunch does not pack: numba-cuda's launch of that overload, no image
+    kernel, loaded, numba = kernel_for(overload(types.CPointer(types.float32), types.int64))
+    for _ in range(2):
+        kernel[1, 1](2.0, 3)
+    print("unpacked", kernel.miss_count, kernel.overload_count, loaded, numba)
+    # launch-config sensitive: numba-cuda launches every launch from now on
+    kernel, loaded, numba = kernel_for(overload(types.float64, types.int64, sensitive=True))
+    for _ in range(2):
+        kernel[1, 1](2.0, 3)
+    print("sensitive", kernel.miss_count, kernel.overload_count, loaded, numba)
+    # an explicit signature the arguments do not fit: refused before anything is made
+    kernel, loaded, numba = kernel_for(overload(types.float32[:], types.int64))
+    try:
+        kernel[1, 1](2.0, 3)
+    except TypeError as e:
+        print(type(e).__name__, e, kernel.overload_count, loaded)
+    """
+)
+
+
+def test_dispatcher_on_miss_returns_what_rust_registers(run_on_stand_in):
+    lines = run_on_stand_in(DISPATCHER)
+    assert lines == [
+        "packed 1 1 [90] []",
+        "unpacked 1 1 [] [(2.0, 3), (2.0, 3)]",
+        "sensitive 1 1 [] [(2.0, 3), (2.0, 3)]",
+        "KernelArgumentError argument 0 (x): the kernel's signature expects array(float32, 1d, A), "
+        "got float64 0 []",
     ]
