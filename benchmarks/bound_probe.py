@@ -26,7 +26,6 @@ import fastlaunch as fl  # noqa: E402
 from benchmarks.harness import CASES, empty_kernel_ptx, numba_ptx_types, ptx_target  # noqa: E402
 from benchmarks.stages import per_launch_us  # noqa: E402
 from fastlaunch import _core  # noqa: E402
-from fastlaunch.dispatcher import plan_entries  # noqa: E402
 
 N_ARRAYS = 26
 
@@ -46,12 +45,12 @@ def main() -> None:
     (overload,) = kernel.overloads.values()
     major, minor = fl.gpus[0].compute_capability
     code = major * 10 + minor
-    plan = [e for i, t in enumerate(overload.signature.args) for e in plan_entries(t, i, "")]
+    param_types = tuple(overload.signature.args)
     fingerprint = _core.fingerprint(tuple(arrays))
 
     def bound_with(image: bytes, entry: str):
         raw = _core.Kernel()
-        raw._register(fingerprint, code, plan, _core.CompiledKernel(image, entry))
+        raw._register(fingerprint, code, param_types, _core.CompiledKernel(image, entry))
         return raw, raw[1, 1].bind(*arrays)
 
     cubin = overload._codelibrary.get_cubin(cc=(major, minor, "a" if code >= 90 else ""))
@@ -81,7 +80,7 @@ def main() -> None:
     a_bound = None
     try:
         ptx = empty_kernel_ptx("empty_a", [], ptx_target((major, minor))).encode() + b"\0"
-        a._register(b"", code, [], _core.CompiledKernel(ptx, "empty_a"))
+        a._register(b"", code, (), _core.CompiledKernel(ptx, "empty_a"))
         a_bound = a[1, 1].bind()
     except Exception as e:  # report and go on
         print("case A image failed:", e)

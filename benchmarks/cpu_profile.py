@@ -43,7 +43,7 @@ def main() -> None:
 
     import fastlaunch as fl
     from fastlaunch import _core
-    from fastlaunch.dispatcher import numba_type, plan_entry
+    from fastlaunch.dispatcher import numba_type
 
     assert fl.is_available(), _core.unavailable_reason()
     compiled = _core.CompiledKernel(b"fake image", "fake_entry")
@@ -71,8 +71,8 @@ def main() -> None:
         exec(f"def k({names}):\n    pass\n", namespace)  # noqa: S102 - an empty kernel
         kernel = fl.jit(namespace["k"])
         fingerprint = _core.fingerprint(args)
-        plan = [plan_entry(numba_type(d), i, "") for i, d in enumerate(_core.describe(fingerprint))]
-        kernel._register(fingerprint, 90, plan, compiled)
+        param_types = tuple(numba_type(d) for d in _core.describe(fingerprint))
+        kernel._register(fingerprint, 90, param_types, compiled)
         return kernel
 
     def per_call_us(call):

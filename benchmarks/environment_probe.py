@@ -38,7 +38,6 @@ from benchmarks.harness import (  # noqa: E402
 )
 from benchmarks.stages import per_launch_us  # noqa: E402
 from fastlaunch import _core  # noqa: E402
-from fastlaunch.dispatcher import plan_entries  # noqa: E402
 
 
 def check(result: tuple) -> object:
@@ -93,7 +92,7 @@ def main() -> None:
             "numba cubin": (cubin, overload.entry_name),
             "floor PTX": (ptx.encode() + b"\0", entry),
         }
-        plan = [e for i, t in enumerate(overload.signature.args) for e in plan_entries(t, i, "")]
+        param_types = tuple(overload.signature.args)
         fingerprint = _core.fingerprint(arrays)
         values = numba_layout_values(case, [a.device_ctypes_pointer.value for a in arrays])
         packed = PackedParams(values, numba_ptx_types(case))
@@ -110,14 +109,14 @@ def main() -> None:
             local = attribute(function, "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES")
             registers = attribute(function, "CU_FUNC_ATTRIBUTE_NUM_REGS")
             print(f"{case_id} {label:12} local bytes/thread {local}, registers {registers}")
-        setups[case_id] = (kernel, arrays, images, plan, fingerprint, packed, functions)
+        setups[case_id] = (kernel, arrays, images, param_types, fingerprint, packed, functions)
 
     def row(setting: str, stream_object: object, handle: int) -> None:
         for case_id, (
             kernel,
             arrays,
             images,
-            plan,
+            param_types,
             fingerprint,
             packed,
             functions,
@@ -130,7 +129,9 @@ def main() -> None:
                 "fl bound": per_launch_us(launcher.bind(*arrays), batches),
             }
             raw = _core.Kernel()
-            raw._register(fingerprint, code, plan, _core.CompiledKernel(*images["floor PTX"]))
+            raw._register(
+                fingerprint, code, param_types, _core.CompiledKernel(*images["floor PTX"])
+            )
             timings["fl bound, floor PTX"] = per_launch_us(
                 raw[1, 1, stream_object].bind(*arrays), batches
             )

@@ -111,8 +111,10 @@ def make_buffer(cls=DeviceBuffer, ptr=PTR, size=4096):
     return cls._init(ptr, size)
 
 
-def packed(args, plan):
-    raw = _core.pack(plan, args)
+def packed(args):
+    """``args`` packed for the numba types they describe as."""
+    param_types = tuple(numba_type(d) for d in _core.describe(_core.fingerprint(args)))
+    raw = _core.pack(param_types, args)
     return struct.unpack(f"<{len(raw) // 8}q", raw)
 
 
@@ -181,7 +183,7 @@ def test_strided_views_are_layout_a_where_numba_refuses_them(dtype, name):
 def test_views_pack_pointer_shape_and_byte_strides(dtype, view_of):
     for array in view_of(dtype).values():
         view = device_view(array)
-        got = packed((view,), [f"array:{array.ndim}"])
+        got = packed((view,))
         ptr = array.__array_interface__["data"][0]
         assert got == (0, 0, array.size, array.itemsize, ptr, *array.shape, *array.strides)
 
@@ -210,7 +212,7 @@ def test_views_of_buffers_strides_count_elements(shape, strides, byte_strides, l
     view = StridedMemoryView.from_buffer(buffer, shape, strides, dtype=np.dtype(np.float32))
     assert view.strides == strides
     assert _core.classify(view) == ("array", "float32", len(shape), layout, False)
-    assert packed((view,), [f"array:{len(shape)}"]) == (
+    assert packed((view,)) == (
         0,
         0,
         int(np.prod(shape)),
@@ -310,7 +312,7 @@ def test_buffers_type_as_numba_types_them(size):
     buffer = make_buffer(size=size)
     assert _core.classify(buffer) == ("array", "uint8", 1, "C", False)
     assert ours(buffer) == numba_typeof(buffer) == types.Array(types.uint8, 1, "C")
-    assert packed((buffer,), ["array:1"]) == (0, 0, size, 1, PTR, size, 1)
+    assert packed((buffer,)) == (0, 0, size, 1, PTR, size, 1)
 
 
 def test_buffers_share_the_overload_of_uint8_arrays():
@@ -347,7 +349,7 @@ def test_buffers_in_host_memory_are_refused_naming_the_argument():
 def test_closed_buffers_are_empty():
     buffer = make_buffer(size=64)
     buffer.close()
-    assert packed((buffer,), ["array:1"]) == (0, 0, 0, 1, 0, 0, 1)
+    assert packed((buffer,)) == (0, 0, 0, 1, 0, 0, 1)
 
 
 def test_buffers_and_views_mix_with_other_arguments():
@@ -370,7 +372,7 @@ LAUNCH = textwrap.dedent(
     import numpy as np
     import fastlaunch as fl
     from fastlaunch import _core
-    from fastlaunch.dispatcher import numba_type, plan_entry
+    from fastlaunch.dispatcher import numba_type
     sys.path.insert(0, {tests!r})
     from test_cpu_core_objects import DeviceBuffer, device_view, make_buffer
 
@@ -382,8 +384,8 @@ LAUNCH = textwrap.dedent(
     kernel = fl.jit(k)
     args = (device_view(np.zeros((4, 6), np.float32)[:, ::2]), make_buffer(), 2.0)
     fingerprint = _core.fingerprint(args)
-    plan = [plan_entry(numba_type(d), i, "") for i, d in enumerate(_core.describe(fingerprint))]
-    kernel._register(fingerprint, 90, plan, _core.CompiledKernel(b"image", "entry"))
+    param_types = tuple(numba_type(d) for d in _core.describe(fingerprint))
+    kernel._register(fingerprint, 90, param_types, _core.CompiledKernel(b"image", "entry"))
     for _ in range(3):
         kernel[1, 1](*args)
     kernel[1, 1].bind(*args)()

@@ -12,7 +12,7 @@ import pytest
 from arrays import PTR, FakeCAI
 
 from fastlaunch import _core
-from fastlaunch.dispatcher import numba_type, plan_entry
+from fastlaunch.dispatcher import numba_type
 
 
 class MemoryPointer:
@@ -76,8 +76,8 @@ def test_cupy_arrays_pack_as_the_same_array_through_the_interface(shape, dtype, 
     fingerprint = _core.fingerprint((array,))
     assert fingerprint == _core.fingerprint((cai,))
     (descriptor,) = _core.describe(fingerprint)
-    plan = [plan_entry(numba_type(descriptor), 0, "a")]
-    assert _core.pack(plan, (array,)) == _core.pack(plan, (cai,))
+    param_types = (numba_type(descriptor),)
+    assert _core.pack(param_types, (array,)) == _core.pack(param_types, (cai,))
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 from numba import cuda
+from numba.cuda import types
 from numba.cuda.dispatcher import CUDADispatcher
 from numba.cuda.errors import missing_launch_config_msg
 
@@ -197,7 +198,7 @@ def test_ints_at_the_64_bit_limits_are_fine(value):
 
 def test_error_position_counts_arguments():
     args = (1, FakeCAI(), "three", 4.0)
-    for call in (lambda: _core.fingerprint(args), lambda: _core.pack(["int64"] * 4, args)):
+    for call in (lambda: _core.fingerprint(args), lambda: _core.pack((types.int64,) * 4, args)):
         with argument_error("str" + UNSUPPORTED_TAIL, position=2) as info:
             call()
         assert info.value.position == 2
@@ -692,15 +693,16 @@ def test_parameter_names_are_set_once():
 def test_register_checks_plan_and_target():
     k = fastlaunch.jit(body)
     fingerprint = _core.fingerprint((FakeCAI(),))
+    vector = (types.float32[:],)
     with pytest.raises(ValueError, match="does not fit the argument's kind"):
-        k._register(fingerprint, 90, ["int32"], lambda *a: None)
+        k._register(fingerprint, 90, (types.int32,), lambda *a: None)
     with pytest.raises(
         TypeError, match="^an overload's target must be a CompiledKernel or a callable$"
     ):
-        k._register(fingerprint, 90, ["array:1"], 42)
-    k._register(fingerprint, 90, ["array:1"], lambda *a: None)
-    k._register(fingerprint, 90, ["array:1"], lambda *a: None)  # already there: kept once
-    k._register(fingerprint, 80, ["array:1"], lambda *a: None)
+        k._register(fingerprint, 90, vector, 42)
+    k._register(fingerprint, 90, vector, lambda *a: None)
+    k._register(fingerprint, 90, vector, lambda *a: None)  # already there: kept once
+    k._register(fingerprint, 80, vector, lambda *a: None)
     assert k.overload_count == 2
     k._clear_overloads()
     assert k.overload_count == 0

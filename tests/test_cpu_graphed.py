@@ -94,7 +94,7 @@ PRELUDE = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     import fastlaunch as fl
     from fastlaunch import _core
-    from fastlaunch.dispatcher import numba_type, plan_entry
+    from fastlaunch.dispatcher import numba_type
     from test_cpu_graphed import CAI
     assert fl.is_available(), _core.unavailable_reason()
     warnings.simplefilter("ignore", category=Warning)  # numba's low-occupancy warning
@@ -104,8 +104,8 @@ PRELUDE = textwrap.dedent(
         exec(f"def {{name}}(out, a, s):\\n    pass\\n", namespace)
         k = fl.jit(namespace[name])
         fp = _core.fingerprint(args)
-        plan = [plan_entry(numba_type(d), i, "") for i, d in enumerate(_core.describe(fp))]
-        k._register(fp, 90, plan, _core.CompiledKernel(b"image", "entry"))
+        param_types = tuple(numba_type(d) for d in _core.describe(fp))
+        k._register(fp, 90, param_types, _core.CompiledKernel(b"image", "entry"))
         return k
 
     def graphs_of(step):

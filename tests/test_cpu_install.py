@@ -182,7 +182,7 @@ INSTALLED_LAUNCH = textwrap.dedent(
     from numba import cuda
     import fastlaunch as fl
     from fastlaunch import _core
-    from fastlaunch.dispatcher import numba_type, plan_entries
+    from fastlaunch.dispatcher import numba_type
 
     assert fl.is_available(), _core.unavailable_reason()
     fl.install()
@@ -199,12 +199,8 @@ INSTALLED_LAUNCH = textwrap.dedent(
         pass
 
     fingerprint = _core.fingerprint(args)
-    plan = [
-        e
-        for i, d in enumerate(_core.describe(fingerprint))
-        for e in plan_entries(numba_type(d), i, "")
-    ]
-    scalars._register(fingerprint, 90, plan, _core.CompiledKernel(b"image", "entry"))
+    param_types = tuple(numba_type(d) for d in _core.describe(fingerprint))
+    scalars._register(fingerprint, 90, param_types, _core.CompiledKernel(b"image", "entry"))
     for _ in range(3):
         scalars[1, 32](*args)
     assert scalars.numba_launches == 0 and scalars.miss_count == 0

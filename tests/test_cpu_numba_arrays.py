@@ -25,7 +25,7 @@ def device_array(shape, pointer, dtype=np.float32, owned=True):
 
 
 def slots(array):
-    raw = _core.pack([f"array:{array.ndim}"], (array,))
+    raw = _core.pack((array._numba_type_,), (array,))
     return list(struct.unpack(f"<{len(raw) // 8}q", raw))
 
 

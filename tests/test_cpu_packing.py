@@ -1,6 +1,7 @@
 """Packed kernel parameters equal numba-cuda's data model, for every supported type.
 
-``_core.pack(plan, args)`` returns the parameter buffer a launch would pass: one 8-byte
+``_core.pack(param_types, args)`` returns the parameter buffer a launch of an overload with
+these numba parameter types would pass (the plan built in Rust from the types): one 8-byte
 slot per flattened kernel parameter, the value little-endian at the slot start and the
 rest zero. The expectation is built from numba-cuda itself, independently of fastlaunch:
 
@@ -38,7 +39,6 @@ from numba.cuda.np import numpy_support
 from numba.cuda.typing.typeof import Purpose, typeof
 
 from fastlaunch import KernelArgumentError, _core
-from fastlaunch.dispatcher import UnpackedParameter, plan_entry
 
 SLOT = 8
 # numba-cuda's CUDA target uses this chain (numba/cuda/target.py, CUDATargetContext).
@@ -150,8 +150,8 @@ def array_type(view: np.ndarray):
 
 
 def packed(numba_type, value) -> bytes:
-    """fastlaunch's bytes for one argument, with the plan the dispatcher would make."""
-    return _core.pack([plan_entry(numba_type, 0, "x")], (value,))
+    """fastlaunch's bytes for one argument, for a parameter of this numba type."""
+    return _core.pack((numba_type,), (value,))
 
 
 # -- arrays ------------------------------------------------------------------------------
@@ -200,7 +200,6 @@ def test_array_params_match_numbas_data_model(dtype, make):
     view = make(np.dtype(dtype))
     cai = cai_of(view)
     ty = array_type(view)
-    assert plan_entry(ty, 0, "a") == f"array:{view.ndim}"
     widths = param_widths([ty])
     assert widths == [8] * (5 + 2 * view.ndim)
     ptr = cai.__cuda_array_interface__["data"][0]
@@ -287,7 +286,7 @@ def test_pointer_and_strides_are_passed_unchanged():
     """Full 64-bit pointers, and negative and huge strides, are passed bit for bit."""
     ptr = 0xFFFF_FFFF_FFFF_FFF0
     cai = FakeCAI((2, 3), "<f8", (-(2**40), 2**33), ptr=ptr)
-    got = struct.unpack("<9Q", _core.pack(["array:2"], (cai,)))
+    got = struct.unpack("<9Q", _core.pack((types.float64[:, :],), (cai,)))
     assert got == (0, 0, 6, 8, ptr, 2, 3, 2**64 - 2**40, 2**33)
 
 
@@ -556,7 +555,7 @@ def test_refusal_names_the_position():
     with pytest.raises(
         KernelArgumentError, match=r"^argument 2: cannot pass a float to a parameter of type int32$"
     ) as info:
-        _core.pack(["int32", "float32", "int32"], (1, 1, 1.5))
+        _core.pack((types.int32, types.float32, types.int32), (1, 1, 1.5))
     assert info.value.position == 2
     assert info.value.name == ""
 
@@ -582,39 +581,65 @@ def test_mixed_signature_matches_numbas_flattening():
         -(2**40),
     )
     argtypes = [typeof(v, Purpose.argument) for v in args]
-    plan = [plan_entry(t, i, f"arg{i}") for i, t in enumerate(argtypes)]
-    assert plan[:4] == ["array:2", "int32", "uint8", "float16"]
+    assert argtypes[1:4] == [types.int32, types.uint8, types.float16]
     values = reference_array(a, cai_a.__cuda_array_interface__["data"][0])
     for ty, v in zip(argtypes[1:8], args[1:8], strict=True):
         values += reference_scalar(ty, v)
     values += reference_array(b, cai_b.__cuda_array_interface__["data"][0])
     values += reference_scalar(types.int64, args[9])
     assert len(param_widths(argtypes)) == 9 + 1 + 1 + 1 + 1 + 2 + 2 + 1 + 7 + 1
-    assert _core.pack(plan, args) == slots(argtypes, values)
+    assert _core.pack(tuple(argtypes), args) == slots(argtypes, values)
 
 
 def test_no_arguments_pack_to_nothing():
-    assert _core.pack([], ()) == b""
+    assert _core.pack((), ()) == b""
 
 
-# -- plans that do not fit the arguments (internal API) ---------------------------------
+# -- parameter types that do not fit the arguments (internal API) -----------------------
 
 
 @pytest.mark.parametrize(
-    ("plan", "args", "error", "message"),
+    ("param_types", "args", "error", "message"),
     [
-        (["array:2"], (FakeCAI((3,), "<f4"),), ValueError, r"plan entry 0 .* does not fit"),
-        (["int32"], (FakeCAI((3,), "<f4"),), ValueError, r"plan entry 0 .* does not fit"),
-        (["array:1"], (1,), ValueError, r"plan entry 0 .* does not fit"),
-        (["int32"], (1, 2), ValueError, r"arguments outnumber the plan's parameters"),
-        (["int32", "int32"], (1,), ValueError, r"plan has 2 parameters, the arguments a different"),
-        (["array:x"], (1,), ValueError, r'bad array plan entry "array:x"'),
-        (["string"], (1,), ValueError, r'unsupported parameter type "string"'),
+        ((types.float32[:, :],), (FakeCAI((3,), "<f4"),), ValueError, r"plan entry 0 .* not fit"),
+        ((types.int32,), (FakeCAI((3,), "<f4"),), ValueError, r"plan entry 0 .* does not fit"),
+        ((types.float32[:],), (1,), ValueError, r"plan entry 0 .* does not fit"),
+        ((types.int32,), (1, 2), ValueError, r"arguments outnumber the plan's parameters"),
+        (
+            (types.int32, types.int32),
+            (1,),
+            ValueError,
+            r"plan has 2 parameters, the arguments a different",
+        ),
+        (
+            (types.UniTuple(types.int32, 2),),
+            (1,),
+            ValueError,
+            r"plan has 2 parameters, the arguments a different",
+        ),
+        ((types.Integer("int128"),), (1,), ValueError, r'unsupported parameter type "int128"'),
     ],
 )
-def test_plan_mismatches_are_errors(plan, args, error, message):
+def test_plan_mismatches_are_errors(param_types, args, error, message):
     with pytest.raises(error, match=message):
-        _core.pack(plan, args)
+        _core.pack(param_types, args)
+
+
+@pytest.mark.parametrize(
+    ("numba_type", "slots_per_value"),
+    [
+        (types.boolean, [1]),
+        (types.NPDatetime("s"), [1]),
+        (types.NPTimedelta("ms"), [1]),
+        (types.UniTuple(types.float64, 3), [1, 1, 1]),
+        (types.Tuple((types.int8, types.complex128)), [1, 2]),
+    ],
+    ids=str,
+)
+def test_parameter_types_flatten_as_numba_passes_them(numba_type, slots_per_value):
+    """Booleans and datetimes are one parameter; tuples flatten into their members."""
+    values = (1,) * len(slots_per_value) if len(slots_per_value) > 1 else 1
+    assert len(_core.pack((numba_type,), (values,))) == 8 * sum(slots_per_value)
 
 
 @pytest.mark.parametrize(
@@ -626,10 +651,11 @@ def test_plan_mismatches_are_errors(plan, args, error, message):
     ids=str,
 )
 def test_parameter_types_rust_does_not_pack_go_to_numba(numba_type):
-    """Such overloads are launched by numba-cuda's own ``_Kernel.launch``."""
+    """Such overloads are launched by numba-cuda's own ``_Kernel.launch`` (``_core.pack``
+    refuses them; a miss registers numba-cuda's launch)."""
     with pytest.raises(
-        UnpackedParameter,
-        match=rf"^argument 3 \(p\): fastlaunch does not pack parameters of type "
+        TypeError,
+        match=rf"^argument 3 \(arg3\): fastlaunch does not pack parameters of type "
         rf"{re.escape(str(numba_type))}$",
     ):
-        plan_entry(numba_type, 3, "p")
+        _core.pack((types.int32, types.int32, types.int32, numba_type), (1, 2, 3, 0))

@@ -14,7 +14,7 @@ from numba.cuda import types
 from numba.cuda.typing.typeof import Purpose, typeof
 
 from fastlaunch import _core
-from fastlaunch.dispatcher import numba_type, plan_entries
+from fastlaunch.dispatcher import numba_type
 
 PACKED = np.dtype([("x", np.int32), ("y", np.float64)])
 ALIGNED = np.dtype([("x", np.int32), ("y", np.float64)], align=True)
@@ -49,15 +49,15 @@ def test_one_record_dtype_has_one_fingerprint_and_others_their_own():
 def test_a_record_is_one_pointer_parameter():
     record_type = typeof(np.zeros(1, ALIGNED)[0], Purpose.argument)
     assert isinstance(record_type, types.Record)
-    assert plan_entries(record_type, 0, "r") == ["record"]
     # not yet staged on a device (no launch): the pointer slot is 0
-    packed = _core.pack(["record", "int64"], (np.zeros(1, ALIGNED)[0], 7))
+    packed = _core.pack((record_type, types.int64), (np.zeros(1, ALIGNED)[0], 7))
     assert packed == (0).to_bytes(8, "little") + (7).to_bytes(8, "little")
 
 
 def test_unstructured_void_scalars_go_to_numba_cuda():
     with pytest.raises(TypeError, match="numba-cuda's own launch path"):
-        _core.pack(["record"], (np.void(b"\x01\x02"),))
+        record_type = typeof(np.zeros(1, ALIGNED)[0], Purpose.argument)
+        _core.pack((record_type,), (np.void(b"\x01\x02"),))
 
 
 LAUNCH = textwrap.dedent(
@@ -65,7 +65,7 @@ LAUNCH = textwrap.dedent(
     import numpy as np
     import fastlaunch as fl
     from fastlaunch import _core
-    from fastlaunch.dispatcher import numba_type, plan_entries
+    from fastlaunch.dispatcher import numba_type
 
     assert fl.is_available(), _core.unavailable_reason()
 
@@ -76,12 +76,8 @@ LAUNCH = textwrap.dedent(
     array = np.zeros(2, np.dtype([("x", np.int32), ("y", np.float64)], align=True))
     args = (array[0], (array[1], 3), 2.0)
     fingerprint = _core.fingerprint(args)
-    plan = [
-        e
-        for i, d in enumerate(_core.describe(fingerprint))
-        for e in plan_entries(numba_type(d), i, "")
-    ]
-    kernel._register(fingerprint, 90, plan, _core.CompiledKernel(b"image", "entry"))
+    param_types = tuple(numba_type(d) for d in _core.describe(fingerprint))
+    kernel._register(fingerprint, 90, param_types, _core.CompiledKernel(b"image", "entry"))
     for _ in range(3):
         kernel[1, 1](*args)
     assert kernel.numba_launches == 0 and kernel.miss_count == 0
@@ -94,8 +90,8 @@ LAUNCH = textwrap.dedent(
     single_args = (array[0], 2.0)
     fingerprint = _core.fingerprint(single_args)
     descriptors = _core.describe(fingerprint)
-    plan = [plan_entries(numba_type(d), i, "")[0] for i, d in enumerate(descriptors)]
-    single._register(fingerprint, 90, plan, _core.CompiledKernel(b"image", "entry"))
+    param_types = tuple(numba_type(d) for d in descriptors)
+    single._register(fingerprint, 90, param_types, _core.CompiledKernel(b"image", "entry"))
     single[1, 1](*single_args)
     try:
         single[1, 1].bind(*single_args)

@@ -292,7 +292,7 @@ def test_dlpack_producer(dtype, name):
     layout = numpy_layout(view.shape, view.strides, dtype)
     assert _core.classify(producer) == ("array", dtype, view.ndim, layout, False)
     assert producer.streams == [1]  # the legacy default stream
-    got = struct.unpack(f"<{5 + 2 * view.ndim}q", _core.pack([f"array:{view.ndim}"], (producer,)))
+    got = struct.unpack(f"<{5 + 2 * view.ndim}q", _core.pack((ours(producer),), (producer,)))
     ptr = view.__array_interface__["data"][0]
     assert got == (0, 0, view.size, view.itemsize, ptr, *view.shape, *view.strides)
 
@@ -453,7 +453,7 @@ def test_property_layout_and_packing(spec):
         assert ty.copy(layout="A") == numba_typeof(cai).copy(layout="A")
 
     nslots = 5 + 2 * ndim
-    raw = _core.pack([f"array:{ndim}"], (cai,))
+    raw = _core.pack((ty,), (cai,))
     assert len(raw) == 8 * nslots
     got = struct.unpack(f"<{nslots}Q", raw)
     nitems = math.prod(shape)
@@ -555,7 +555,7 @@ def test_property_classify_raises_only_kernel_argument_error(obj):
     kind, dtype, ndim, layout, readonly = descriptor
     assert kind == "array" and dtype in DTYPES and layout in "CFA"
     assert isinstance(readonly, bool)
-    raw = _core.pack([f"array:{ndim}"], (obj,))
+    raw = _core.pack((numba_type(descriptor),), (obj,))
     assert len(raw) == 8 * (5 + 2 * ndim)
 
 
@@ -596,17 +596,17 @@ def test_number_subclasses_type_as_their_base(value):
 
 
 @pytest.mark.parametrize(
-    ("value", "plan", "expected"),
+    ("value", "param_type", "expected"),
     [
-        (Meters(2.5), ["float64"], struct.pack("<d", 2.5)),
-        (Count(-7), ["int64"], struct.pack("<q", -7)),
-        (Count(2**64 - 1), ["uint64"], struct.pack("<Q", 2**64 - 1)),
-        (Phase(1 - 2j), ["complex128"], struct.pack("<dd", 1.0, -2.0)),
+        (Meters(2.5), types.float64, struct.pack("<d", 2.5)),
+        (Count(-7), types.int64, struct.pack("<q", -7)),
+        (Count(2**64 - 1), types.uint64, struct.pack("<Q", 2**64 - 1)),
+        (Phase(1 - 2j), types.complex128, struct.pack("<dd", 1.0, -2.0)),
     ],
     ids=repr,
 )
-def test_number_subclasses_pack_their_value(value, plan, expected):
-    assert _core.pack(plan, (value,)) == expected
+def test_number_subclasses_pack_their_value(value, param_type, expected):
+    assert _core.pack((param_type,), (value,)) == expected
 
 
 def test_number_subclass_too_large_is_an_argument_error():

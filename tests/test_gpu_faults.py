@@ -236,7 +236,6 @@ def test_an_array_on_another_device_is_refused_naming_both():
 def test_ten_thousand_kernel_images_load_launch_and_unload():
     """Each image loaded with cuLibraryLoadData is unloaded when its last kernel goes."""
     from fastlaunch import _core
-    from fastlaunch.dispatcher import plan_entry
 
     a = cuda.device_array(32, np.float32)
     fill[1, 32](a, np.float32(0))
@@ -245,13 +244,15 @@ def test_ten_thousand_kernel_images_load_launch_and_unload():
     major, minor = fl.gpus[0].compute_capability
     code = major * 10 + minor
     cubin = bytes(kernel._codelibrary.get_cubin(cc=(major, minor, "a" if code >= 90 else "")).code)
-    plan = [plan_entry(t, i, "") for i, t in enumerate(kernel.signature.args)]
+    param_types = tuple(kernel.signature.args)
     args = (a, np.float32(5))
     fingerprint = _core.fingerprint(args)
 
     def load_and_launch():
         raw = _core.Kernel()
-        raw._register(fingerprint, code, plan, _core.CompiledKernel(cubin, kernel.entry_name))
+        raw._register(
+            fingerprint, code, param_types, _core.CompiledKernel(cubin, kernel.entry_name)
+        )
         raw[1, 32](*args)
         return raw
 

@@ -78,9 +78,20 @@ class _KernelHooks(Protocol):
         descriptors: list[tuple[Any, ...]],
         compute_capability: int,
         configuration: tuple[tuple[int, int, int], tuple[int, int, int], Any, int],
-    ) -> None:
+    ) -> tuple[tuple[Any, ...] | None, Callable[..., Any]]:
         """No overload matches: type ``descriptors`` (the decoded ``fingerprint``) with
-        numba, compile, and ``_register`` an overload for ``fingerprint``."""
+        numba and compile. Returns ``(param_types, target)``, which Rust registers for
+        ``fingerprint`` on ``compute_capability``:
+
+        - ``param_types``: the compiled overload's numba parameter types
+          (``signature.args``), one per argument. Rust builds the packing plan from them
+          (arrays, records, booleans, integers, floats, complex numbers, datetimes and
+          timedeltas, enum members, tuples of those); then it calls ``target(packed)``, where
+          ``packed`` says whether fastlaunch packs every parameter, for what to launch: a
+          ``CompiledKernel`` (only when packed), or a callable
+          ``(args, griddim, blockdim, stream, sharedmem)`` through which numba-cuda launches.
+        - ``None``: numba-cuda launches every such launch; ``target`` is that callable.
+        """
     def _launch_with_numba(
         self,
         args: tuple[Any, ...],
@@ -112,9 +123,11 @@ class Kernel:
         self,
         fingerprint: bytes,
         compute_capability: int,
-        plan: list[str] | None,
+        param_types: tuple[Any, ...] | None,
         target: CompiledKernel | Callable[..., Any],
-    ) -> None: ...
+    ) -> None:
+        """Registers an overload packed by the plan of numba types ``param_types`` (tests
+        and tools; launches register what ``_on_miss`` returns)."""
     def _clear_overloads(self) -> None: ...
     def __getitem__(self, key: Any, /) -> Launcher: ...
     def configure(
@@ -238,7 +251,9 @@ def stream_handle(stream: Any) -> int:
 
 def classify(obj: Any) -> tuple[Any, ...]: ...
 def describe(fingerprint: bytes) -> list[tuple[Any, ...]]: ...
-def pack(plan: list[str], args: tuple[Any, ...]) -> bytes: ...
+def pack(param_types: tuple[Any, ...], args: tuple[Any, ...]) -> bytes:
+    """``args`` packed for an overload of numba parameter types ``param_types``."""
+
 def fingerprint(args: tuple[Any, ...]) -> bytes: ...
 def is_available() -> bool: ...
 def unavailable_reason() -> str | None: ...

@@ -43,16 +43,15 @@ class _FakeDeviceArray:
 
 
 def _show_plan() -> None:
-    from fastlaunch.dispatcher import numba_type, plan_entry
+    from fastlaunch.dispatcher import numba_type
 
     args = (_FakeDeviceArray(N), np.float32(2.0), _FakeDeviceArray(N), _FakeDeviceArray(N))
     fingerprint = _core.fingerprint(args)
-    types = [numba_type(d) for d in _core.describe(fingerprint)]
-    plan = [plan_entry(t, i, "") for i, t in enumerate(types)]
-    packed = _core.pack(plan, args)
+    types = tuple(numba_type(d) for d in _core.describe(fingerprint))
+    packed = _core.pack(types, args)
     print("SAXPY's arguments as fastlaunch classifies them (no GPU needed):")
     print(f"  numba signature: saxpy({', '.join(map(str, types))})")
-    print(f"  packing plan:    {plan}")
+    print("  packing plan:    built in Rust from those numba types")
     print(f"  parameters:      {len(packed) // 8} 8-byte slots, first array = ", end="")
     print([int.from_bytes(packed[i : i + 8], "little") for i in range(0, 56, 8)])
 

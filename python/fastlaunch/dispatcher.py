@@ -2,8 +2,9 @@
 
 A :class:`Kernel` wraps a numba-cuda dispatcher. Launches run in Rust
 (``fastlaunch._core.Kernel``); only a launch with a new combination of argument
-types comes here (:meth:`Kernel._on_miss`), where numba-cuda types and compiles and
-the overload is registered with Rust. Later launches with the same types never
+types comes here (:meth:`Kernel._on_miss`), where numba-cuda types and compiles; it
+returns the overload's numba parameter types and target, and Rust builds the packing
+plan from those types and registers the overload. Later launches with the same types never
 enter Python.
 """
 
@@ -60,48 +61,6 @@ def numba_type(descriptor: tuple) -> Any:
     if kind == "timedelta":
         return types.NPTimedelta(descriptor[1])
     return getattr(types, descriptor[1])
-
-
-class UnpackedParameter(TypeError):
-    """A parameter type fastlaunch does not pack itself (numba-cuda launches those)."""
-
-
-def plan_entry(numba_param_type: Any, position: int, name: str) -> str:
-    """How Rust packs an argument for a parameter of this numba type that is one kernel
-    parameter (not a tuple: see ``plan_entries``)."""
-    entries = plan_entries(numba_param_type, position, name)
-    if len(entries) != 1:
-        raise UnpackedParameter(
-            f"argument {position} ({name}): {numba_param_type} is {len(entries)} kernel "
-            "parameters, not one"
-        )
-    return entries[0]
-
-
-def plan_entries(numba_param_type: Any, position: int, name: str) -> list[str]:
-    """How Rust packs an argument for a parameter of this numba type: one entry per
-    kernel parameter it becomes (tuples flatten into their members, as numba passes them;
-    enum members pass their value, datetimes their int64 count, records a pointer to their
-    device copy)."""
-    _, _, types, _ = _numba()
-    if isinstance(numba_param_type, types.Array):
-        return [f"array:{numba_param_type.ndim}"]
-    if isinstance(numba_param_type, types.Record):
-        return ["record"]
-    if isinstance(numba_param_type, types.Boolean):
-        return ["boolean"]
-    if isinstance(numba_param_type, (types.Integer, types.Float, types.Complex)):
-        return [numba_param_type.name]
-    if isinstance(numba_param_type, (types.NPDatetime, types.NPTimedelta)):
-        return ["int64"]
-    if isinstance(numba_param_type, types.EnumMember):
-        return plan_entries(numba_param_type.dtype, position, name)
-    if isinstance(numba_param_type, types.BaseTuple):
-        return [e for member in numba_param_type for e in plan_entries(member, position, name)]
-    raise UnpackedParameter(
-        f"argument {position} ({name}): fastlaunch does not pack parameters of type "
-        f"{numba_param_type}"
-    )
 
 
 def _check_argument(expected: Any, given: Any, position: int, name: str) -> None:
@@ -298,10 +257,12 @@ class Kernel(_core.Kernel):
         descriptors: list[tuple],
         compute_capability: int,
         configuration: tuple[tuple, tuple, Any, int],
-    ) -> None:
+    ) -> tuple[tuple | None, Callable[..., Any]]:
         """Called by the Rust launch path when no overload matches ``fingerprint``:
         ``descriptors`` are the arguments' types as Rust read them (see ``_core.describe``).
-        Types them with numba, compiles, and registers the overload."""
+        Types them with numba and compiles. Returns ``(param_types, target)`` for Rust to
+        register (see ``_core._KernelHooks``): the compiled overload's numba parameter types
+        and ``target(packed)``, or ``(None, launch)`` for kernels numba-cuda launches."""
         argtypes = tuple(numba_type(d) for d in descriptors)
         # Not under the compile lock: numba-cuda's compiler lock serialises compiles, and
         # code run during a compile (launch-config-sensitive typing) may wait on another
@@ -310,30 +271,28 @@ class Kernel(_core.Kernel):
         if getattr(kernel, "launch_config_sensitive", False) or getattr(
             self._dispatcher, "_launch_config_sensitive", False
         ):
-            self._register_launch_config_sensitive(fingerprint, compute_capability)
-            return
-        with self._compile_lock:
-            params = tuple(kernel.signature.args)
-            for i, (expected, given) in enumerate(zip(params, argtypes, strict=True)):
-                _check_argument(expected, given, i, self._name(i))
-            try:
-                plan: list[str] | None = [
-                    entry
-                    for i, t in enumerate(params)
-                    for entry in plan_entries(t, i, self._name(i))
-                ]
-                target = self._target(kernel, compute_capability)
-            except UnpackedParameter:
-                plan, target = None, self._numba_target(kernel)
-        if _log.isEnabledFor(logging.DEBUG):
-            _log.debug(
-                "%s(%s) on compute capability %d: %s",
-                self.__qualname__,
-                ", ".join(map(str, argtypes)),
-                compute_capability,
-                "packed by fastlaunch" if plan is not None else "launched by numba-cuda",
-            )
-        self._register(fingerprint, compute_capability, plan, target)
+            return None, self._launch_config_sensitive()
+        params = tuple(kernel.signature.args)
+        for i, (expected, given) in enumerate(zip(params, argtypes, strict=True)):
+            _check_argument(expected, given, i, self._name(i))
+
+        def target(packed: bool) -> _core.CompiledKernel | Callable[..., None]:
+            """What Rust launches: the loaded cubin (or, for debug kernels, numba-cuda's
+            launch) when fastlaunch packs every parameter; numba-cuda's launch otherwise."""
+            if _log.isEnabledFor(logging.DEBUG):
+                _log.debug(
+                    "%s(%s) on compute capability %d: %s",
+                    self.__qualname__,
+                    ", ".join(map(str, argtypes)),
+                    compute_capability,
+                    "packed by fastlaunch" if packed else "launched by numba-cuda",
+                )
+            if not packed:
+                return self._numba_target(kernel)
+            with self._compile_lock:
+                return self._target(kernel, compute_capability)
+
+        return params, target
 
     def _launch_with_numba(
         self, args: tuple, griddim: tuple, blockdim: tuple, stream: Any, sharedmem: int
@@ -372,18 +331,16 @@ class Kernel(_core.Kernel):
             for original, contiguous in write_back:
                 original[...] = contiguous
 
-    def _register_launch_config_sensitive(
-        self, fingerprint: bytes, compute_capability: int
-    ) -> None:
+    def _launch_config_sensitive(self) -> Callable[..., None]:
         """A kernel compiled for one launch configuration: numba-cuda keeps one compile per
         configuration (``_select_launch_config_dispatcher``), so it launches this kernel
-        from now on."""
+        from now on (the overload's target is ``_launch_with_numba``)."""
         _log.info(
             "%s is launch-config sensitive: numba-cuda launches it, compiling per configuration",
             self.__qualname__,
         )
         self._set_always_numba(True)
-        self._register(fingerprint, compute_capability, None, self._launch_with_numba)
+        return self._launch_with_numba
 
     def _numba_target(self, kernel: Any) -> Callable[..., None]:
         """An overload launched by numba-cuda's ``_Kernel.launch`` (parameter types Rust does
@@ -598,7 +555,7 @@ def _wrap(made: Any, dispatcher_class: type) -> Any:
     return made
 
 
-__all__ = ["Kernel", "jit", "numba_type", "plan_entry", "register_as_numba_dispatcher"]
+__all__ = ["Kernel", "jit", "numba_type", "register_as_numba_dispatcher"]
 
 
 if TYPE_CHECKING:

@@ -1,5 +1,6 @@
 //! Inspection for tests and debugging, off the launch path: what classification, the
-//! fingerprint and the packer make of given arguments, with no GPU needed.
+//! fingerprint and the packer (with the plan built from numba types) make of given
+//! arguments, with no GPU needed.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
@@ -7,7 +8,7 @@ use pyo3::types::{PyBytes, PyTuple};
 use crate::classify::fingerprint::describe as describe_fingerprint;
 use crate::classify::{read_arg, Position, Scratch};
 use crate::errors::{Error, Result};
-use crate::plan::Plan;
+use crate::numba_types::{plan_of_types, Unpacked};
 
 /// Classifies one object as a kernel argument: its descriptor, as `_on_miss` sees it.
 #[pyfunction]
@@ -31,15 +32,18 @@ pub(crate) fn describe<'py>(
     describe_fingerprint(py, fingerprint)
 }
 
-/// Packs `args` by `plan` exactly as a launch would, returning the parameter slots
-/// (8 bytes each) as bytes. Needs no GPU: for tests against numba's data model.
+/// Packs `args` exactly as a launch of an overload with numba parameter types
+/// `param_types` would, returning the parameter slots (8 bytes each) as bytes. Needs no
+/// GPU: for tests against numba's data model. A parameter type fastlaunch does not pack
+/// raises `TypeError` (numba-cuda launches such overloads).
 #[pyfunction]
 pub(crate) fn pack<'py>(
     py: Python<'py>,
-    plan: Vec<String>,
+    param_types: &Bound<'py, PyAny>,
     args: &Bound<'py, PyTuple>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let plan = Plan::parse(&plan)?;
+    let plan =
+        plan_of_types(param_types, &[])?.map_err(|Unpacked(message)| Error::Type(message))?;
     let mut scratch = Scratch::default();
     for (index, arg) in args.iter().enumerate() {
         read_arg(&arg, Position { index, name: "" }, &mut scratch)?;

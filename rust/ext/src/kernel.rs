@@ -1,5 +1,5 @@
 //! The Python face of a kernel (`fastlaunch.Kernel` subclasses it): registering overloads
-//! on a miss, and `kernel[griddim, blockdim, stream, sharedmem]` / `configure(...)`, which
+//! (tests and tools; launches register what `_on_miss` returns), and `kernel[griddim, blockdim, stream, sharedmem]` / `configure(...)`, which
 //! build a [`Launcher`]. The overload table itself is in `overloads.rs`.
 
 use std::sync::atomic::Ordering;
@@ -8,11 +8,10 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::code::CompiledKernel;
 use crate::errors::{Error, Result};
 use crate::launcher::Launcher;
-use crate::overloads::{Kernel, Target};
-use crate::plan::Plan;
+use crate::numba_types::{plan_of_types, Unpacked};
+use crate::overloads::Kernel;
 
 #[pymethods]
 impl Kernel {
@@ -48,34 +47,22 @@ impl Kernel {
 
     /// Registers an overload: arguments with `fingerprint` on a device of compute
     /// capability `compute_capability` launch `target` (a `CompiledKernel`, or a Python
-    /// callable `(args, griddim, blockdim, stream, sharedmem)`), packed by `plan`.
+    /// callable `(args, griddim, blockdim, stream, sharedmem)`), packed by the plan built
+    /// from `param_types` (numba types, one per argument; None: the callable gets the
+    /// objects). For tests and tools: launches register through `_on_miss`'s result.
     fn _register(
         &self,
         fingerprint: &[u8],
         compute_capability: u32,
-        plan: Option<Vec<String>>,
+        param_types: Option<&Bound<'_, PyAny>>,
         target: &Bound<'_, PyAny>,
     ) -> Result<()> {
-        let plan = plan.map(|plan| Plan::parse(&plan)).transpose()?;
-        if let Some(plan) = &plan {
-            plan.check_fingerprint(fingerprint)?;
-        }
-        let target = match target.cast::<CompiledKernel>() {
-            Ok(_) if plan.is_none() => {
-                return Err(Error::Value(
-                    "a CompiledKernel target needs a packing plan".into(),
-                ))
-            }
-            Ok(compiled) => Target::Compiled(compiled.get().code.clone()),
-            Err(_) if target.is_callable() => Target::Python(target.clone().unbind()),
-            Err(_) => {
-                return Err(Error::Type(
-                    "an overload's target must be a CompiledKernel or a callable".into(),
-                ))
-            }
-        };
-        self.register(fingerprint, compute_capability, plan, target);
-        Ok(())
+        let plan = param_types
+            .map(|types| plan_of_types(types, self.names()))
+            .transpose()?
+            .map(|built| built.map_err(|Unpacked(message)| Error::Type(message)))
+            .transpose()?;
+        self.register_checked(fingerprint, compute_capability, plan, target)
     }
 
     /// Drops every overload (their images unload once no launch holds them).

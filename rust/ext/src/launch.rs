@@ -168,7 +168,9 @@ pub(crate) fn resolve(
 }
 
 /// A miss: Python's `_on_miss` gets the arguments' descriptors (the fingerprint decoded
-/// once, here), types them with numba, compiles and registers an overload.
+/// once, here), types them with numba and compiles; it returns the overload's numba
+/// parameter types and its target, and the overload is registered here
+/// (`Kernel::register_miss` builds the plan from the numba types).
 #[cold]
 fn miss(
     py: Python<'_>,
@@ -183,7 +185,7 @@ fn miss(
     let fingerprint = PyBytes::new(py, &scratch.fingerprint);
     let descriptors = describe(py, &scratch.fingerprint)?;
     let (_, griddim, blockdim, stream, sharedmem) = launch_arguments(py, args, dims, stream);
-    kernel_object.call_method1(
+    let returned = kernel_object.call_method1(
         intern!(py, "_on_miss"),
         (
             args,
@@ -193,6 +195,7 @@ fn miss(
             (griddim, blockdim, stream, sharedmem),
         ),
     )?;
+    kernel.register_miss(&scratch.fingerprint, compute_capability, &returned)?;
     kernel
         .find(&scratch.fingerprint, compute_capability)
         .map(Some)

@@ -13,6 +13,7 @@ mod kernel;
 mod launch;
 mod launcher;
 mod limits;
+mod numba_types;
 mod overloads;
 mod packed;
 mod plan;

@@ -9,8 +9,9 @@ use arc_swap::ArcSwap;
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use crate::code::CompiledCode;
-use crate::errors::Result;
+use crate::code::{CompiledCode, CompiledKernel};
+use crate::errors::{Error, Result};
+use crate::numba_types::{plan_of_types, Unpacked};
 use crate::plan::Plan;
 
 /// What an overload launches: a loaded image, or (for kernels needing numba's own
@@ -96,6 +97,65 @@ impl Kernel {
             target,
         }));
         self.overloads.store(Arc::new(next));
+    }
+
+    /// Registers the overload a miss's `_on_miss` returned, `(param_types, target)`:
+    /// `param_types` None: `target` is a callable launching through numba-cuda. Otherwise
+    /// the plan is built from the numba types and `target(packed)` gives what to launch
+    /// (`packed`: whether fastlaunch packs every parameter; if not, numba-cuda launches).
+    #[cold]
+    pub(crate) fn register_miss(
+        &self,
+        fingerprint: &[u8],
+        compute_capability: u32,
+        returned: &Bound<'_, PyAny>,
+    ) -> Result<()> {
+        let (param_types, target): (Bound<'_, PyAny>, Bound<'_, PyAny>) = returned
+            .extract()
+            .map_err(|_| Error::Type("_on_miss must return a pair (param_types, target)".into()))?;
+        if param_types.is_none() {
+            return self.register_checked(fingerprint, compute_capability, None, &target);
+        }
+        let plan = match plan_of_types(&param_types, self.names())? {
+            Ok(plan) => {
+                plan.check_fingerprint(fingerprint)?;
+                Some(plan)
+            }
+            Err(Unpacked(_)) => None,
+        };
+        let target = target.call1((plan.is_some(),))?;
+        self.register_checked(fingerprint, compute_capability, plan, &target)
+    }
+
+    /// Registers `target` (a `CompiledKernel`, or a Python callable
+    /// `(args, griddim, blockdim, stream, sharedmem)`) packed by `plan`, after checking
+    /// that the plan fits the fingerprint and that a compiled target has a plan.
+    pub(crate) fn register_checked(
+        &self,
+        fingerprint: &[u8],
+        compute_capability: u32,
+        plan: Option<Plan>,
+        target: &Bound<'_, PyAny>,
+    ) -> Result<()> {
+        if let Some(plan) = &plan {
+            plan.check_fingerprint(fingerprint)?;
+        }
+        let target = match target.cast::<CompiledKernel>() {
+            Ok(_) if plan.is_none() => {
+                return Err(Error::Value(
+                    "a CompiledKernel target needs a packing plan".into(),
+                ))
+            }
+            Ok(compiled) => Target::Compiled(compiled.get().code.clone()),
+            Err(_) if target.is_callable() => Target::Python(target.clone().unbind()),
+            Err(_) => {
+                return Err(Error::Type(
+                    "an overload's target must be a CompiledKernel or a callable".into(),
+                ))
+            }
+        };
+        self.register(fingerprint, compute_capability, plan, target);
+        Ok(())
     }
 
     /// Drops every overload (their images unload once no launch holds them).

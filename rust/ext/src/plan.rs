@@ -2,7 +2,7 @@
 //! numba's data model. An N-d array is `5 + 2N` 8-byte values (meminfo = 0,
 //! parent = 0, nitems, itemsize, data, `shape[N]`, `strides_in_bytes[N]`); a scalar is
 //! its target type's value (complex: real then imaginary); a record is the address of its
-//! device copy.
+//! device copy. Plans are built from numba's parameter types in `numba_types.rs`.
 
 use fastlaunch_driver::ParamBuffer;
 
@@ -31,25 +31,12 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// Parses Python's plan: `"array:<ndim>"`, `"record"` or a numba scalar type name per
-    /// argument.
-    pub(crate) fn parse(items: &[String]) -> Result<Plan> {
-        let params = items
-            .iter()
-            .map(|item| match item.strip_prefix("array:") {
-                None if item == "record" => Ok(Param::Record),
-                Some(ndim) => ndim
-                    .parse()
-                    .map(|ndim| Param::Array { ndim })
-                    .map_err(|_| Error::Value(format!("bad array plan entry {item:?}"))),
-                None => Scalar::from_name(item)
-                    .map(Param::Scalar)
-                    .ok_or_else(|| Error::Value(format!("unsupported parameter type {item:?}"))),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Plan {
+    /// The plan packing these kernel parameters, in order (built from an overload's numba
+    /// parameter types by `numba_types::plan_of_types`).
+    pub(crate) fn new(params: Vec<Param>) -> Plan {
+        Plan {
             params: params.into(),
-        })
+        }
     }
 
     /// Checks that arguments with this fingerprint can be packed by this plan: same
@@ -187,7 +174,7 @@ mod tests {
 
     #[test]
     fn arrays_pack_in_numbas_data_model() {
-        let plan = Plan::parse(&["array:2".into(), "float32".into()]).unwrap();
+        let plan = Plan::new(vec![Param::Array { ndim: 2 }, Param::Scalar(Scalar::F32)]);
         let dims = [3, 4, 16, 4];
         let values = [
             ArgValue::Array(ArrayArg {
@@ -220,7 +207,7 @@ mod tests {
 
     #[test]
     fn plans_are_checked_against_fingerprints() {
-        let plan = Plan::parse(&["array:1".into(), "int32".into()]).unwrap();
+        let plan = Plan::new(vec![Param::Array { ndim: 1 }, Param::Scalar(Scalar::I32)]);
         assert!(plan
             .check_fingerprint(&[ARRAY_TAG, 11, 1, 0, Scalar::I64 as u8])
             .is_ok());
@@ -231,7 +218,8 @@ mod tests {
         assert!(plan
             .check_fingerprint(&[Scalar::I64 as u8, Scalar::I64 as u8])
             .is_err());
-        assert!(Plan::parse(&["array:x".into()]).is_err());
-        assert!(Plan::parse(&["string".into()]).is_err());
+        assert!(Plan::new(vec![Param::Record])
+            .check_fingerprint(&[Scalar::I64 as u8])
+            .is_err());
     }
 }
