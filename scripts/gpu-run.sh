@@ -11,10 +11,10 @@
 #   bench      python3 benchmarks/run.py --out $OUT $BENCH_ARGS (when that file exists)
 #   stages     python3 benchmarks/stages.py (per-stage launch cost)
 #   conformance python3 conformance/run.py --out $OUT (numba-cuda's own tests, plain and
-#              installed); CONFORMANCE_GROUP=K/N runs the K-th of N groups of the 119 modules
-#              (default 1/3: a group fits one run; "all" runs every module), 8 module runs at
-#              a time (CONFORMANCE_JOBS) within CONFORMANCE_BUDGET s (420); merge the runs'
-#              conformance.json here with conformance/run.py --merge
+#              installed): all 119 modules (about 200 s with CONFORMANCE_JOBS=14), or the
+#              K-th of N groups (CONFORMANCE_GROUP=K/N), or CONFORMANCE_MODULES=a,b,c; 8
+#              module runs at a time (CONFORMANCE_JOBS) within CONFORMANCE_BUDGET s (420);
+#              merge the runs' conformance.json here with conformance/run.py --merge
 #   fresh      scripts/fresh-wheel.sh: the wheel alone in a fresh venv: info, an example,
 #              `python -m fastlaunch run` on an unedited numba-cuda program, FASTLAUNCH_INSTALL=1
 #   rustbench  .gpu/bin/*-bench --bench (criterion; not part of `all`)
@@ -149,7 +149,11 @@ graphed_bench() {
 
 conformance() {
   local group=()
-  [[ ${CONFORMANCE_GROUP:-1/3} == all ]] || group=(--group "${CONFORMANCE_GROUP:-1/3}")
+  if [[ -n ${CONFORMANCE_MODULES:-} ]]; then
+    group=(--modules "$CONFORMANCE_MODULES")
+  elif [[ ${CONFORMANCE_GROUP:-all} != all ]]; then
+    group=(--group "$CONFORMANCE_GROUP")
+  fi
   python3 conformance/run.py --out "$OUT" --jobs "${CONFORMANCE_JOBS:-8}" \
     --budget "${CONFORMANCE_BUDGET:-420}" "${group[@]}"
 }

@@ -17,6 +17,7 @@ __all__ = [
     "ordering_enabled",
     "set_default_stream_policy",
     "set_ordering",
+    "stream_handle",
     "set_release_gil",
     "releases_gil",
     "Kernel",
