@@ -1,7 +1,7 @@
 //! Streams, events, and the ordering of launches after the work that produced their
 //! inputs.
 //!
-//! Ordering rules (see the README): an input whose producer stream is known (a CUDA
+//! Ordering rules (see docs/streams.md): an input whose producer stream is known (a CUDA
 //! Array Interface v3 `stream`, torch's current stream read through the DLPack C
 //! exchange API, CuPy's current stream) and differs from the launch stream makes the
 //! launch stream wait on an event recorded on the producer's stream: ordered on the GPU,
