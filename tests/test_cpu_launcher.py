@@ -33,13 +33,21 @@ def test_dimensions_are_padded_as_numba_cuda_pads_them(griddim, blockdim, expect
     assert (numba_config.griddim, numba_config.blockdim) == expected
 
 
-def test_each_configuration_has_its_own_callback_list():
-    first, second = kernel[1, 1], kernel[1, 1]
+def test_one_callback_list_per_configuration_as_numba_cuda_caches_configurations():
+    @fastlaunch.jit
+    def fresh(a):
+        pass
+
+    first, again, other = fresh[1, 1], fresh[(1,), (1, 1)], fresh[1, 1, 0, 8]
     first.pre_launch_callbacks.append(print)
-    assert first.pre_launch_callbacks == [print]
-    assert first.pre_launch_callbacks is first.pre_launch_callbacks
-    assert second.pre_launch_callbacks == []
-    assert first.dispatcher is kernel
+    assert again.pre_launch_callbacks == [print]
+    assert first.pre_launch_callbacks is again.pre_launch_callbacks
+    assert other.pre_launch_callbacks == []
+    assert kernel[1, 1].pre_launch_callbacks == []  # another kernel
+    assert first.dispatcher is fresh
+    # numba-cuda: the same configuration object, so the same list
+    numba_kernel = cuda.jit(fresh.py_func)
+    assert numba_kernel[1, 1].pre_launch_callbacks is numba_kernel[1, 1].pre_launch_callbacks
 
 
 def test_a_configured_launch_pickles_with_its_configuration():
@@ -58,7 +66,7 @@ def test_a_configured_launch_pickles_with_its_configuration():
 
 
 def test_pickling_a_configured_launch_with_callbacks_is_refused_as_numba_cuda_refuses():
-    launcher = kernel[5, 8]
+    launcher = kernel[5, 8, 0, 4]
     launcher.pre_launch_callbacks.append(print)
     with pytest.raises(
         pickle.PicklingError, match="Cannot pickle configured launches with pre-launch callbacks"
@@ -90,9 +98,11 @@ CALLBACKS_ON_STAND_IN = textwrap.dedent(
     launcher = scalars[2, 32]
     launcher(np.float32(1), 2)
     print("without", len(seen), scalars.miss_count)
+    scalars[3, 32].pre_launch_callbacks  # another configuration's list: still no callback
+    launcher(np.float32(1), 2)
     launcher.pre_launch_callbacks.append(lambda k, c: seen.append(("first", k, c is launcher)))
     launcher.pre_launch_callbacks.append(lambda k, c: seen.append(("second", c.griddim)))
-    launcher(np.float32(1), 2)
+    scalars[2, 32](np.float32(1), 2)  # the same configuration: the same callbacks
     print("with", seen)
 
     def refuse(k, c):
@@ -113,7 +123,7 @@ def test_callbacks_run_before_each_launch_with_the_overload_and_configuration(
     lines = run_on_stand_in(CALLBACKS_ON_STAND_IN)
     assert lines[0] == "without 0 0"
     assert lines[1] == (
-        "with [('first', ('overload', (float32, int64)), True), ('second', (2, 1, 1))]"
+        "with [('first', ('overload', (float32, int64)), False), ('second', (2, 1, 1))]"
     )
     # a callback that raises stops the launch, and the callbacks after it
     assert lines[2] == "raised refused by a callback 2"

@@ -144,9 +144,10 @@ def test_launches_numba_cuda_makes_see_the_fastlaunch_kernel_as_dispatcher():
 
 
 def _callback_trace(make_kernel, arguments):
-    """Launches twice through one configuration with a callback, and once through a new
-    configuration; returns what the callbacks saw (the overload's type and its argument
-    types, whether the configuration is the one called) and the launch count. Callbacks may
+    """Launches twice through one configuration with a callback, once through the same
+    configuration made again and once through another; returns what the callbacks saw (the
+    overload's type and its argument types, the configuration's kernel and grid) and the
+    launch count. Callbacks may
     not call CUDA (numba-cuda's rule), so they only record."""
     out = cuda.to_device(np.zeros(1, np.int32))
     seen = []
@@ -156,7 +157,7 @@ def _callback_trace(make_kernel, arguments):
             (
                 type(overload).__name__,
                 tuple(str(t) for t in overload.signature.args),
-                launch_config is configured,
+                launch_config.dispatcher is count,
                 launch_config.griddim,
             )
         )
@@ -170,7 +171,10 @@ def _callback_trace(make_kernel, arguments):
     configured(out, arguments)
     cuda.synchronize()
     configured(out, arguments)
-    count[2, 32](out, arguments)  # a new configuration has no callbacks
+    # numba-cuda caches configurations: kernel[2, 32] again has the same callbacks ...
+    count[2, 32](out, arguments)
+    # ... and another configuration has none
+    count[4, 32](out, arguments)
     cuda.synchronize()
     return seen, int(out.copy_to_host()[0])
 
@@ -184,8 +188,8 @@ def test_pre_launch_callbacks_run_as_under_numba_cuda(arguments):
     numba_seen, numba_count = _callback_trace(cuda.jit, arguments)
     fast_seen, fast_count = _callback_trace(fl.jit, arguments)
     assert fast_seen == numba_seen
-    assert fast_count == numba_count == 3
-    assert len(fast_seen) == 2 and fast_seen[0][0] == "_Kernel"
+    assert fast_count == numba_count == 4
+    assert len(fast_seen) == 3 and fast_seen[0][0] == "_Kernel"
 
 
 def test_pre_launch_callbacks_on_an_argument_numba_cuda_launches():

@@ -106,8 +106,11 @@ class _KernelHooks(Protocol):
         """numba-cuda's low-occupancy warning, asked once per kernel."""
     def _current_launch_args(self) -> tuple[Any, ...] | None:
         """The arguments of the launch compiling on this thread (``Launcher.args``)."""
+    def _pre_launch_callbacks(self, launcher: Launcher) -> list[Any]:
+        """The callback list of ``launcher``'s configuration (``Launcher.pre_launch_callbacks``)."""
     def _run_pre_launch_callbacks(self, launcher: Launcher, args: tuple[Any, ...]) -> None:
-        """Runs ``launcher.pre_launch_callbacks`` (called only when there are some)."""
+        """Runs the callbacks of ``launcher``'s configuration (asked once the kernel has any
+        callback list)."""
 
 @disjoint_base
 class Kernel:

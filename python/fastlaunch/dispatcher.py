@@ -136,6 +136,7 @@ class Kernel(_core.Kernel):
             # Extensions rewrite arguments in Python (prepare_args) on every launch.
             self._set_always_numba(True)
         self.numba_launches = 0
+        self._callbacks_by_configuration: dict[tuple, list] = {}
         _compile_through(dispatcher, self)
         register_as_numba_dispatcher()
 
@@ -230,14 +231,25 @@ class Kernel(_core.Kernel):
 
         return _dispatcher.get_current_launch_args()
 
+    def _pre_launch_callbacks(self, launcher: _core.Launcher) -> list:
+        """The ``pre_launch_callbacks`` of a configuration: one list per grid, block, stream
+        and shared memory, shared by every ``kernel[...]`` that configures them, as numba-cuda
+        shares one cached configuration object."""
+        key = (launcher.griddim, launcher.blockdim, launcher.stream_handle, launcher.sharedmem)
+        return self._callbacks_by_configuration.setdefault(key, [])
+
     def _run_pre_launch_callbacks(self, launcher: _core.Launcher, args: tuple) -> None:
         """Runs a configuration's ``pre_launch_callbacks`` as numba-cuda does: after the
         arguments' overload is compiled, before the launch, with that overload (numba-cuda's
-        ``_Kernel``) and the configuration. Rust calls this only when there are callbacks."""
+        ``_Kernel``) and the configuration. Rust calls this only once some configuration of
+        this kernel has a callback list."""
+        callbacks = list(self._pre_launch_callbacks(launcher))
+        if not callbacks:
+            return
         argtypes = tuple(self._argument_type(arg, i) for i, arg in enumerate(args))
         configuration = (launcher.griddim, launcher.blockdim, launcher.stream, launcher.sharedmem)
         kernel = self._select_overload(argtypes, args, configuration)
-        for callback in list(launcher.pre_launch_callbacks):
+        for callback in callbacks:
             callback(kernel, launcher)
 
     def _argument_type(self, arg: Any, position: int) -> Any:

@@ -3,10 +3,17 @@
 //! `bind(*args)` classifies and packs once (`bound.rs`). Like numba-cuda's
 //! `_LaunchConfiguration`, it has `pre_launch_callbacks` and pickles (as its kernel and
 //! configuration, the stream as its handle).
+//!
+//! numba-cuda caches configurations (`kernel[2, 32]` is the same object each time), so
+//! callbacks added to one apply to every later launch with that configuration. A `Launcher`
+//! is made per `kernel[...]` (caching would cost every launch a lookup), so the lists live on
+//! the kernel, keyed by the configuration (`Kernel._pre_launch_callbacks`), and a launch asks
+//! for its list only once the kernel has one.
+
+use std::sync::atomic::Ordering;
 
 use fastlaunch_driver::LaunchDims;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyFloat, PyList, PyTuple};
 use pyo3::{ffi, intern};
 
@@ -25,9 +32,6 @@ const LOW_OCCUPANCY_BLOCKS: u32 = 128;
 pub struct Launcher {
     kernel: Py<Kernel>,
     config: LaunchConfig,
-    /// numba-cuda's `pre_launch_callbacks`, made on first access: most launchers never
-    /// have one, and an empty list per `kernel[...]` would cost every launch.
-    pre_launch_callbacks: PyOnceLock<Py<PyList>>,
 }
 
 impl Launcher {
@@ -73,7 +77,6 @@ impl Launcher {
                 cluster,
                 stream: stream.unbind(),
             },
-            pre_launch_callbacks: PyOnceLock::new(),
         })
     }
 }
@@ -149,10 +152,13 @@ fn parse_sharedmem(value: &Bound<'_, PyAny>) -> Result<u32> {
 }
 
 impl Launcher {
-    fn has_pre_launch_callbacks(&self, py: Python<'_>) -> bool {
-        self.pre_launch_callbacks
-            .get(py)
-            .is_some_and(|callbacks| !callbacks.bind(py).is_empty())
+    /// Whether the kernel has ever handed out a callback list (one atomic load).
+    fn may_have_pre_launch_callbacks(&self, py: Python<'_>) -> bool {
+        self.kernel
+            .bind(py)
+            .get()
+            .may_have_pre_launch_callbacks
+            .load(Ordering::Relaxed)
     }
 }
 
@@ -163,7 +169,7 @@ impl Launcher {
         let py = slf.py();
         let launcher = slf.get();
         let kernel = launcher.kernel.bind(py);
-        if launcher.has_pre_launch_callbacks(py) {
+        if launcher.may_have_pre_launch_callbacks(py) {
             // As numba-cuda does: the callbacks see the overload these arguments launch.
             kernel.call_method1(intern!(py, "_run_pre_launch_callbacks"), (slf, args))?;
         }
@@ -174,10 +180,15 @@ impl Launcher {
     /// before every launch of this configuration (`kernel` is numba-cuda's compiled
     /// overload). Launches with callbacks type their arguments in Python first.
     #[getter]
-    fn pre_launch_callbacks(&self, py: Python<'_>) -> Py<PyList> {
-        self.pre_launch_callbacks
-            .get_or_init(py, || PyList::empty(py).unbind())
-            .clone_ref(py)
+    fn pre_launch_callbacks<'py>(slf: &Bound<'py, Self>) -> Result<Bound<'py, PyList>> {
+        let py = slf.py();
+        let kernel = slf.get().kernel.bind(py);
+        kernel
+            .get()
+            .may_have_pre_launch_callbacks
+            .store(true, Ordering::Relaxed);
+        let callbacks = kernel.call_method1(intern!(py, "_pre_launch_callbacks"), (slf,))?;
+        Ok(callbacks.cast_into::<PyList>().map_err(PyErr::from)?)
     }
 
     /// The kernel this configures (numba-cuda's `launch_config.dispatcher`).
@@ -188,19 +199,21 @@ impl Launcher {
 
     /// Pickles as numba-cuda's configured launches do: the kernel and the configuration,
     /// the stream as its handle; refused while callbacks are set.
-    fn __reduce__<'py>(&self, py: Python<'py>) -> Result<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
-        if self.has_pre_launch_callbacks(py) {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Result<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.may_have_pre_launch_callbacks(py) && !Self::pre_launch_callbacks(slf)?.is_empty() {
             return Err(Error::Pickling(
                 "Cannot pickle configured launches with pre-launch callbacks".into(),
             ));
         }
-        let configure = self.kernel.bind(py).getattr(intern!(py, "_configured"))?;
+        let configure = this.kernel.bind(py).getattr(intern!(py, "_configured"))?;
         let state = (
-            self.griddim(),
-            self.blockdim(),
-            self.config.dims.stream,
-            self.config.dims.shared_mem_bytes,
-            self.cluster(),
+            this.griddim(),
+            this.blockdim(),
+            this.config.dims.stream,
+            this.config.dims.shared_mem_bytes,
+            this.cluster(),
         );
         Ok((configure, state.into_pyobject(py)?))
     }

@@ -57,6 +57,9 @@ pub struct Kernel {
     /// The low-occupancy warning was considered once (numba-cuda warns per launch; once
     /// per kernel keeps the warning without its cost on every launch).
     low_occupancy_settled: AtomicBool,
+    /// A configuration of this kernel has had its `pre_launch_callbacks` list asked for:
+    /// from then on launches ask Python whether theirs has callbacks (`launcher.rs`).
+    pub(crate) may_have_pre_launch_callbacks: AtomicBool,
 }
 
 impl Kernel {
@@ -69,6 +72,7 @@ impl Kernel {
             parameter_names: OnceLock::new(),
             always_numba: AtomicBool::new(false),
             low_occupancy_settled: AtomicBool::new(false),
+            may_have_pre_launch_callbacks: AtomicBool::new(false),
         }
     }
 
