@@ -15,6 +15,9 @@
 #              K-th of N groups (CONFORMANCE_GROUP=K/N), or CONFORMANCE_MODULES=a,b,c; 8
 #              module runs at a time (CONFORMANCE_JOBS) within CONFORMANCE_BUDGET s (420);
 #              merge the runs' conformance.json here with conformance/run.py --merge
+#   ab         benchmarks/ab_probe.py: the build in .whl-old/ (carry it; e.g. main's wheel
+#              before a change) against .whl/'s, alternating in one run (AB_ROUNDS, 3);
+#              not part of `all`
 #   fresh      scripts/fresh-wheel.sh: the wheel alone in a fresh venv: info, an example,
 #              `python -m fastlaunch run` on an unedited numba-cuda program, FASTLAUNCH_INSTALL=1
 #   rustbench  .gpu/bin/*-bench --bench (criterion; not part of `all`)
@@ -162,14 +165,28 @@ fresh() {
   bash scripts/fresh-wheel.sh
 }
 
+ab() {
+  local before=(.whl-old/fastlaunch-*.whl)
+  if ((${#before[@]} != 1)); then
+    echo "ab: put the build to compare with in .whl-old/ (one fastlaunch wheel) and carry it"
+    return 1
+  fi
+  rm -rf /tmp/ab-before /tmp/ab-after
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ab-before "${before[0]}" &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ab-after \
+      .whl/fastlaunch-*.whl || return 1
+  python3 benchmarks/ab_probe.py --before /tmp/ab-before --after /tmp/ab-after \
+    --rounds "${AB_ROUNDS:-3}" | tee "$OUT/ab.txt"
+}
+
 main() {
   local parts=() failed=() arg p name fn rc t0
   for arg in "${@:-all}"; do
     case $arg in
       all) parts+=(rust tests stages conformance bench) ;;
-      rust | tests | bench | rustbench | stages | conformance | threads | graphed | fresh) parts+=("$arg") ;;
+      rust | tests | bench | rustbench | stages | conformance | threads | graphed | fresh | ab) parts+=("$arg") ;;
       *)
-        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, threads, graphed, fresh, all)"
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, threads, graphed, fresh, ab, all)"
         return 2
         ;;
     esac
@@ -187,6 +204,7 @@ main() {
       threads) name="thread scaling (Rust floor, fastlaunch, numba-cuda)" fn=thread_scaling ;;
       graphed) name="benchmarks/graphed.py (graphed steps)" fn=graphed_bench ;;
       fresh) name="scripts/fresh-wheel.sh (the wheel alone, fresh venv)" fn=fresh ;;
+      ab) name="benchmarks/ab_probe.py (.whl-old against .whl)" fn=ab ;;
     esac
     section "$name"
     t0=$SECONDS

@@ -1,0 +1,118 @@
+"""Two builds of fastlaunch, timed alternately in one run: did a change move launch cost?
+
+Between runs the host's speed varies by up to 2×, more than most changes move a launch, so a
+before/after comparison across runs says little. This probe installs nothing itself: give it
+two folders, each holding one build (``pip install --target DIR fastlaunch-*.whl``), and it
+times cases B and D with numba, CuPy and torch arrays (what is installed of them) in child
+processes, alternating the builds round by round, and prints the medians and their ratio.
+
+    python3 benchmarks/ab_probe.py --before /tmp/old --after /tmp/new [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CASE_IDS = ("B", "D")
+SOURCES = ("numba", "cupy", "torch")
+
+
+def child() -> None:
+    """Times each case and source with the fastlaunch found first on sys.path; prints JSON."""
+    sys.path.insert(0, str(HERE.parent))
+    from benchmarks.harness import BATCH, CASES, apply_numpy_shim, make_batch, py_kernel
+
+    apply_numpy_shim()
+    import numpy as np
+    from numba import cuda
+
+    import fastlaunch
+
+    makers = {"numba": lambda shape: cuda.device_array(shape, np.float32)}
+    try:
+        import cupy
+
+        makers["cupy"] = lambda shape: cupy.zeros(shape, np.float32)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        makers["torch"] = lambda shape: torch.zeros(shape, dtype=torch.float32, device="cuda")
+    except ImportError:
+        pass
+    results = {"fastlaunch": str(Path(fastlaunch.__file__).parent)}
+    for case_id in CASE_IDS:
+        case = CASES[case_id]
+        for source, make in makers.items():
+            kernel = fastlaunch.jit(py_kernel(f"empty_{case_id.lower()}"))
+            args = [make(case.shape) for _ in range(case.n_arrays)] + list(case.scalars())
+            batch = make_batch(kernel[1, 1], args)
+            batch()
+            cuda.synchronize()
+            per_launch = []
+            for _ in range(60):
+                started = time.perf_counter()
+                batch()
+                per_launch.append((time.perf_counter() - started) * 1e6 / BATCH)
+                cuda.synchronize()
+            results[f"{case_id} {source}"] = statistics.median(per_launch)
+    print(json.dumps(results))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--before", required=True, help="folder holding the build before")
+    ap.add_argument("--after", required=True, help="folder holding the build after")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child()
+        return 0
+    medians: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
+    for _ in range(args.rounds):
+        for label, folder in (("before", args.before), ("after", args.after)):
+            env = {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([folder, os.environ.get("PYTHONPATH", "")]),
+            }
+            done = subprocess.run(
+                [sys.executable, __file__, "--before", "-", "--after", "-", "--child"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=300,
+                check=False,
+            )
+            if done.returncode != 0:
+                print(done.stderr[-3000:])
+                return 1
+            got = json.loads(done.stdout.strip().splitlines()[-1])
+            imported = got.pop("fastlaunch")
+            if not imported.startswith(str(Path(folder).resolve())):
+                print(f"the {label} run imported fastlaunch from {imported}, not {folder}")
+                return 1
+            for key, us in got.items():
+                medians[label].setdefault(key, []).append(us)
+    print(
+        f"µs per launch, median of {args.rounds} alternating rounds (each a median of 60 batches)"
+    )
+    print(f"{'case':10} {'before':>8} {'after':>8} {'after/before':>13}")
+    for key in medians["before"]:
+        before = statistics.median(medians["before"][key])
+        after = statistics.median(medians["after"][key])
+        print(f"{key:10} {before:8.2f} {after:8.2f} {after / before:12.2f}×")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
