@@ -79,8 +79,11 @@ def main() -> int:
         child()
         return 0
     medians: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
-    for _ in range(args.rounds):
-        for label, folder in (("before", args.before), ("after", args.after)):
+    builds = [("before", args.before), ("after", args.after)]
+    for round_index in range(args.rounds):
+        # each build goes first in every other round: the first child of a round may run
+        # on a colder machine
+        for label, folder in builds if round_index % 2 == 0 else builds[::-1]:
             env = {
                 **os.environ,
                 "PYTHONPATH": os.pathsep.join([folder, os.environ.get("PYTHONPATH", "")]),
