@@ -15,7 +15,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
 DEPS := 'maturin>=1.9,<2' 'numba-cuda[cu13]==0.30.4' 'numpy>=2.0' \
-        pytest pytest-benchmark hypothesis ruff mypy
+        pytest pytest-benchmark hypothesis ruff mypy check-jsonschema
 PY_DIRS := python tests benchmarks examples
 STUBTEST_ALLOWLIST := $(wildcard python/stubtest-allowlist.txt)
 
@@ -57,6 +57,8 @@ test: venv build
 	$(VENV)/bin/ruff check $(PY_DIRS)
 	$(VENV)/bin/ruff format --check $(PY_DIRS)
 	$(VPY) -m mypy.stubtest fastlaunch._core $(if $(STUBTEST_ALLOWLIST),--allowlist $(STUBTEST_ALLOWLIST))
+	# the release workflow cannot run here: checked against GitHub's workflow schema
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(VPY) -m pytest tests
 
 demo: venv build
