@@ -28,27 +28,21 @@ SOURCES = ("numba", "cupy", "torch")
 def child() -> None:
     """Times each case and source with the fastlaunch found first on sys.path; prints JSON."""
     sys.path.insert(0, str(HERE.parent))
-    from benchmarks.harness import BATCH, CASES, apply_numpy_shim, make_batch, py_kernel
+    from benchmarks.harness import (
+        BATCH,
+        CASES,
+        apply_numpy_shim,
+        array_makers,
+        make_batch,
+        py_kernel,
+    )
 
     apply_numpy_shim()
-    import numpy as np
     from numba import cuda
 
     import fastlaunch
 
-    makers = {"numba": lambda shape: cuda.device_array(shape, np.float32)}
-    try:
-        import cupy
-
-        makers["cupy"] = lambda shape: cupy.zeros(shape, np.float32)
-    except ImportError:
-        pass
-    try:
-        import torch
-
-        makers["torch"] = lambda shape: torch.zeros(shape, dtype=torch.float32, device="cuda")
-    except ImportError:
-        pass
+    makers = array_makers()
     results = {"fastlaunch": str(Path(fastlaunch.__file__).parent)}
     for case_id in CASE_IDS:
         case = CASES[case_id]

@@ -16,12 +16,11 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from harness import BATCH, array_makers  # run as a script: benchmarks/ is on sys.path
 from numba import cuda
 
 import fastlaunch as fl
 from fastlaunch import _core
-
-BATCH = 256
 
 
 def per_launch_us(call: Callable[[], object], batches: int) -> float:
@@ -36,25 +35,6 @@ def per_launch_us(call: Callable[[], object], batches: int) -> float:
         samples.append((time.perf_counter() - start) / BATCH * 1e6)
         fl.synchronize()
     return statistics.median(samples)
-
-
-def sources() -> dict[str, Callable[[tuple[int, ...]], object]]:
-    made: dict[str, Callable[[tuple[int, ...]], object]] = {
-        "numba": lambda shape: cuda.device_array(shape, np.float32)
-    }
-    try:
-        import cupy
-
-        made["cupy"] = lambda shape: cupy.zeros(shape, np.float32)
-    except ImportError:
-        pass
-    try:
-        import torch
-
-        made["torch"] = lambda shape: torch.zeros(shape, dtype=torch.float32, device="cuda")
-    except ImportError:
-        pass
-    return made
 
 
 def kernel(n_arrays: int, n_scalars: int, ndim: int) -> fl.Kernel:
@@ -124,7 +104,7 @@ def main() -> None:
     cases = [("A", 0, 0, 1), ("B", 1, 0, 1), ("C", 3, 4, 2), ("D", 26, 0, 1)]
     for case, n_arrays, n_scalars, ndim in cases:
         k = kernel(n_arrays, n_scalars, ndim)
-        for source, make in sources().items() if n_arrays else [("-", None)]:
+        for source, make in array_makers().items() if n_arrays else [("-", None)]:
             shape = (128,) if ndim == 1 else (16, 8)
             arrays = [make(shape) for _ in range(n_arrays)] if make else []
             scalars = [3, 1.5, 7, 2.5][:n_scalars]
