@@ -97,7 +97,16 @@ impl Driver {
         for &path in candidates {
             // SAFETY: loading the CUDA driver runs only its own initialisers.
             match unsafe { libloading::Library::new(path) } {
-                Ok(library) => return Driver::initialise(Api::load(library, path)?),
+                Ok(library) => {
+                    let api = Api::load(library).map_err(|missing| {
+                        Error::Unavailable(format!(
+                            "the CUDA driver {path} lacks {}: {} (fastlaunch needs a driver \
+                             for CUDA 12.0 or newer: NVIDIA 525 or later)",
+                            missing.symbol, missing.reason
+                        ))
+                    })?;
+                    return Driver::initialise(api);
+                }
                 Err(e) => failures.push(format!(
                     "{path}: {}",
                     std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string())

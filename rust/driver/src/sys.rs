@@ -6,8 +6,6 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use libloading::Library as DynamicLibrary;
 
-use crate::error::Error;
-
 pub type CUresult = c_int;
 pub type CUdevice = c_int;
 pub type CUdeviceptr = u64;
@@ -100,6 +98,13 @@ pub struct CudaKernelNodeParams {
     pub ctx: CUcontext,
 }
 
+/// A required entry point the driver library does not export (an older driver).
+#[derive(Debug)]
+pub struct MissingSymbol {
+    pub symbol: &'static str,
+    pub reason: String,
+}
+
 /// Declares the entry-point table: one field per driver function, and a loader
 /// that resolves each by its exported (versioned) symbol name. Functions under
 /// `optional` are `Option`s: a driver without them still loads, and only the feature
@@ -121,7 +126,7 @@ macro_rules! driver_api {
         }
 
         impl Api {
-            pub(crate) fn load(library: DynamicLibrary, path: &str) -> Result<Api, Error> {
+            pub(crate) fn load(library: DynamicLibrary) -> Result<Api, MissingSymbol> {
                 $(
                     // SAFETY: the symbol is a C function of the CUDA driver whose
                     // signature is the one written in this table (cuda.h, CUDA 12/13).
@@ -132,11 +137,10 @@ macro_rules! driver_api {
                             .get::<unsafe extern "C" fn($($arg),*) -> CUresult>(
                                 concat!($symbol, "\0").as_bytes(),
                             )
-                            .map_err(|e| Error::Unavailable(format!(
-                                "the CUDA driver {path} lacks {}: {e} (fastlaunch needs a \
-                                 driver for CUDA 12.0 or newer: NVIDIA 525 or later)",
-                                $symbol
-                            )))?
+                            .map_err(|e| MissingSymbol {
+                                symbol: $symbol,
+                                reason: e.to_string(),
+                            })?
                     };
                 )*
                 $(

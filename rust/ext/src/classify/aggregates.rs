@@ -1,15 +1,15 @@
 //! Tuples, named tuples and enum members. Tuples are flattened: each member is read as an
 //! argument of its own and pushes its own value, as numba passes them. Enum members pass
-//! their `value`. The classes whose identity is part of a numba type (enums, named tuples,
-//! record dtypes) get a process-wide id, which the fingerprint carries.
-
-use std::sync::Mutex;
+//! their `value`. The classes whose identity is part of a numba type get an id
+//! (`classes.rs`), which the fingerprint carries.
 
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
 
-use super::{fingerprint, has_attribute, read_arg, Position, Scratch, Strategy};
+use super::classes::class_id;
+use super::fingerprint::{self, MAX_TUPLE_DEPTH};
+use super::{has_attribute, read_arg, Position, Scratch, Strategy};
 use crate::errors::Result;
 
 /// How members of an enum class whose values are all numbers are read (`is_enum`: `arg`
@@ -35,33 +35,6 @@ pub(super) fn tuple_strategy(arg: &Bound<'_, PyAny>, class: &Bound<'_, PyAny>) -
         }
     }
     None
-}
-
-/// Tuples deeper than this go to numba-cuda's path (and no recursion runs away).
-pub(super) const MAX_TUPLE_DEPTH: usize = 8;
-
-/// Classes whose identity is part of a numba type (enums, named tuples), by id.
-static CLASSES: Mutex<Vec<Py<PyAny>>> = Mutex::new(Vec::new());
-
-/// The id of `class` in [`CLASSES`], adding it on first sight (`None` past 65 536 classes).
-#[cold]
-pub(super) fn class_id(class: &Bound<'_, PyAny>) -> Option<u16> {
-    let mut classes = CLASSES.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(id) = classes.iter().position(|c| c.as_ptr() == class.as_ptr()) {
-        return u16::try_from(id).ok();
-    }
-    let id = u16::try_from(classes.len()).ok()?;
-    classes.push(class.clone().unbind());
-    Some(id)
-}
-
-/// The class with id `id` (for describing fingerprints on a miss).
-pub(super) fn class_by_id(py: Python<'_>, id: u16) -> PyResult<Py<PyAny>> {
-    let classes = CLASSES.lock().unwrap_or_else(|p| p.into_inner());
-    classes
-        .get(usize::from(id))
-        .map(|c| c.clone_ref(py))
-        .ok_or_else(fingerprint::bad_fingerprint)
 }
 
 /// Whether every member of an enum class has an int, float or bool value (numba types

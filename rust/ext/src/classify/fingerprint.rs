@@ -14,13 +14,17 @@
 //! - record (structured NumPy scalar): `RECORD_TAG`, dtype id (2 bytes, little-endian).
 //!
 //! Class ids index the process-wide list of classes (enums, named tuples) and record dtypes
-//! in `aggregates`, filled on misses.
+//! in `classes.rs`, filled on misses.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyList, PyTuple};
 
-use super::aggregates::{class_by_id, MAX_TUPLE_DEPTH};
+use super::classes;
 use crate::scalar::Scalar;
+
+/// Tuples nest at most this deep: deeper ones go to numba-cuda's path (and no recursion, in
+/// reading or walking, runs away).
+pub(crate) const MAX_TUPLE_DEPTH: usize = 8;
 
 pub(crate) const ARRAY_TAG: u8 = 0x80;
 pub(crate) const TUPLE_TAG: u8 = 0x81;
@@ -311,6 +315,11 @@ fn describe_one<'py>(
 
 pub(crate) fn bad_fingerprint() -> PyErr {
     pyo3::exceptions::PyValueError::new_err("malformed fingerprint")
+}
+
+/// The class a fingerprint names by id.
+fn class_by_id(py: Python<'_>, id: u16) -> PyResult<Py<PyAny>> {
+    classes::class_by_id(py, id).ok_or_else(bad_fingerprint)
 }
 
 #[cfg(test)]

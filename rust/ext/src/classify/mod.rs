@@ -13,6 +13,7 @@
 //! - `cai`: generic `__cuda_array_interface__` objects;
 //! - `cuda_core`: cuda.core `Buffer` and `StridedMemoryView`;
 //! - `aggregates`: tuples, named tuples and enum members;
+//! - `classes`: the process-wide ids of classes that are part of a numba type;
 //! - `records`: structured NumPy scalars;
 //! - `arrays`: what every array source shares (shape, strides, layout, dtypes).
 //!
@@ -22,6 +23,7 @@
 mod aggregates;
 mod arrays;
 mod cai;
+mod classes;
 mod cuda_core;
 mod cupy;
 mod dlpack;

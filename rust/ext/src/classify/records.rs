@@ -7,12 +7,12 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::aggregates::class_id;
+use super::classes::class_id;
 use super::{fingerprint, ArgValue, Position, RecordCopy, Scratch};
 use crate::errors::Result;
 
 thread_local! {
-    /// Record dtypes this thread has seen, by address, with their id in `aggregates::CLASSES` (which
+    /// Record dtypes this thread has seen, by address, with their id in `classes.rs` (which
     /// holds each dtype, so an address is never reused for another).
     static RECORD_DTYPES: RefCell<Vec<(usize, u16)>> = const { RefCell::new(Vec::new()) };
 }
