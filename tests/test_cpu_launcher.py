@@ -131,5 +131,5 @@ def test_callbacks_run_before_each_launch_with_the_overload_and_configuration(
 
 def test_arguments_only_numba_cuda_launches_are_typed_by_numba_cuda():
     host = np.zeros(3, np.float32)
-    assert kernel._argument_type(host, 0) == cuda.jit(kernel.py_func).typeof_pyval(host)
-    assert str(kernel._argument_type(np.float32(1), 0)) == "float32"
+    assert kernel._argument_type(host) == cuda.jit(kernel.py_func).typeof_pyval(host)
+    assert str(kernel._argument_type(np.float32(1))) == "float32"

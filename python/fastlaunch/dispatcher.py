@@ -246,13 +246,13 @@ class Kernel(_core.Kernel):
         callbacks = list(self._pre_launch_callbacks(launcher))
         if not callbacks:
             return
-        argtypes = tuple(self._argument_type(arg, i) for i, arg in enumerate(args))
+        argtypes = tuple(self._argument_type(arg) for arg in args)
         configuration = (launcher.griddim, launcher.blockdim, launcher.stream, launcher.sharedmem)
         kernel = self._select_overload(argtypes, args, configuration)
         for callback in callbacks:
             callback(kernel, launcher)
 
-    def _argument_type(self, arg: Any, position: int) -> Any:
+    def _argument_type(self, arg: Any) -> Any:
         """An argument's numba type as the launch types it: fastlaunch's reading where it
         packs the argument, numba-cuda's ``typeof`` where numba-cuda launches it."""
         try:

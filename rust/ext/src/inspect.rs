@@ -8,7 +8,7 @@ use pyo3::types::{PyBytes, PyTuple};
 use crate::classify::fingerprint::describe as describe_fingerprint;
 use crate::classify::{read_arg, Position, Scratch};
 use crate::errors::{Error, Result};
-use crate::numba_types::{plan_of_types, Unpacked};
+use crate::numba_types::plan_of_types;
 
 /// Classifies one object as a kernel argument: its descriptor, as `_on_miss` sees it.
 #[pyfunction]
@@ -41,9 +41,8 @@ pub(crate) fn pack<'py>(
     py: Python<'py>,
     param_types: &Bound<'py, PyAny>,
     args: &Bound<'py, PyTuple>,
-) -> PyResult<Bound<'py, PyBytes>> {
-    let plan =
-        plan_of_types(param_types, &[])?.map_err(|Unpacked(message)| Error::Type(message))?;
+) -> Result<Bound<'py, PyBytes>> {
+    let plan = plan_of_types(param_types, &[])??;
     let mut scratch = Scratch::default();
     for (index, arg) in args.iter().enumerate() {
         read_arg(&arg, Position { index, name: "" }, &mut scratch)?;

@@ -1,6 +1,7 @@
 //! The Python face of a kernel (`fastlaunch.Kernel` subclasses it): registering overloads
-//! (tests and tools; launches register what `_on_miss` returns), and `kernel[griddim, blockdim, stream, sharedmem]` / `configure(...)`, which
-//! build a [`Launcher`]. The overload table itself is in `overloads.rs`.
+//! (tests and tools; launches register what `_on_miss` returns), and
+//! `kernel[griddim, blockdim, stream, sharedmem]` / `configure(...)`, which build a
+//! [`Launcher`]. The overload table itself is in `overloads.rs`.
 
 use std::sync::atomic::Ordering;
 
@@ -10,7 +11,7 @@ use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::{Error, Result};
 use crate::launcher::Launcher;
-use crate::numba_types::{plan_of_types, Unpacked};
+use crate::numba_types::plan_of_types;
 use crate::overloads::Kernel;
 
 #[pymethods]
@@ -57,11 +58,10 @@ impl Kernel {
         param_types: Option<&Bound<'_, PyAny>>,
         target: &Bound<'_, PyAny>,
     ) -> Result<()> {
-        let plan = param_types
-            .map(|types| plan_of_types(types, self.names()))
-            .transpose()?
-            .map(|built| built.map_err(|Unpacked(message)| Error::Type(message)))
-            .transpose()?;
+        let plan = match param_types {
+            Some(types) => Some(plan_of_types(types, self.names())??),
+            None => None,
+        };
         self.register_checked(fingerprint, compute_capability, plan, target)
     }
 

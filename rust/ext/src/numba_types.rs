@@ -51,6 +51,13 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
 #[derive(Debug)]
 pub(crate) struct Unpacked(pub(crate) String);
 
+/// Where a plan is required (tests and tools), an unpacked type is a `TypeError`.
+impl From<Unpacked> for Error {
+    fn from(Unpacked(message): Unpacked) -> Error {
+        Error::Type(message)
+    }
+}
+
 /// The plan packing arguments for parameters of numba types `param_types` (one per
 /// argument), or the first parameter fastlaunch does not pack. `names` name the parameters
 /// in that message (`arg<i>` past their end). `Err` only for a type whose scalar name is not

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 
 use crate::code::{CompiledCode, CompiledKernel};
 use crate::errors::{Error, Result};
-use crate::numba_types::{plan_of_types, Unpacked};
+use crate::numba_types::plan_of_types;
 use crate::plan::Plan;
 
 /// What an overload launches: a loaded image, or (for kernels needing numba's own
@@ -118,22 +118,19 @@ impl Kernel {
             .extract()
             .map_err(|_| Error::Type("_on_miss must return a pair (param_types, target)".into()))?;
         if param_types.is_none() {
-            return self.register_checked(fingerprint, compute_capability, None, &target);
+            return self.register_target(fingerprint, compute_capability, None, &target);
         }
-        let plan = match plan_of_types(&param_types, self.names())? {
-            Ok(plan) => {
-                plan.check_fingerprint(fingerprint)?;
-                Some(plan)
-            }
-            Err(Unpacked(_)) => None,
-        };
+        // An unpacked parameter type: numba-cuda launches the overload (`target(False)`).
+        let plan = plan_of_types(&param_types, self.names())?.ok();
+        // Checked before `target` is asked for, which loads the image.
+        if let Some(plan) = &plan {
+            plan.check_fingerprint(fingerprint)?;
+        }
         let target = target.call1((plan.is_some(),))?;
-        self.register_checked(fingerprint, compute_capability, plan, &target)
+        self.register_target(fingerprint, compute_capability, plan, &target)
     }
 
-    /// Registers `target` (a `CompiledKernel`, or a Python callable
-    /// `(args, griddim, blockdim, stream, sharedmem)`) packed by `plan`, after checking
-    /// that the plan fits the fingerprint and that a compiled target has a plan.
+    /// [`Kernel::register_target`], after checking that `plan` fits the fingerprint.
     pub(crate) fn register_checked(
         &self,
         fingerprint: &[u8],
@@ -144,6 +141,19 @@ impl Kernel {
         if let Some(plan) = &plan {
             plan.check_fingerprint(fingerprint)?;
         }
+        self.register_target(fingerprint, compute_capability, plan, target)
+    }
+
+    /// Registers `target` (a `CompiledKernel`, or a Python callable
+    /// `(args, griddim, blockdim, stream, sharedmem)`) packed by `plan`, which fits the
+    /// fingerprint; a compiled target needs a plan.
+    fn register_target(
+        &self,
+        fingerprint: &[u8],
+        compute_capability: u32,
+        plan: Option<Plan>,
+        target: &Bound<'_, PyAny>,
+    ) -> Result<()> {
         let target = match target.cast::<CompiledKernel>() {
             Ok(_) if plan.is_none() => {
                 return Err(Error::Value(
