@@ -48,6 +48,12 @@ def test_one_callback_list_per_configuration_as_numba_cuda_caches_configurations
     # numba-cuda: the same configuration object, so the same list
     numba_kernel = cuda.jit(fresh.py_func)
     assert numba_kernel[1, 1].pre_launch_callbacks is numba_kernel[1, 1].pre_launch_callbacks
+    # the deliberate difference (docs/differences.md): numba-cuda keys its cache on the
+    # configuration as written, fastlaunch on what it means
+    assert (
+        numba_kernel[1, 1].pre_launch_callbacks
+        is not numba_kernel[(1,), (1, 1)].pre_launch_callbacks
+    )
 
 
 def test_a_configured_launch_pickles_with_its_configuration():
