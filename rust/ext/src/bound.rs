@@ -7,7 +7,6 @@ use fastlaunch_driver::{self as driver, LaunchDims};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::classify::Scratch;
 use crate::code::CompiledCode;
 use crate::devices::{compute_capability_code, driver};
 use crate::errors::{Error, Result};
@@ -15,6 +14,7 @@ use crate::launch::{check_argument_count, resolve, LaunchConfig};
 use crate::limits;
 use crate::overloads::{Kernel, Target};
 use crate::packed::PackedArgs;
+use crate::scratch::Scratch;
 
 /// A launch whose arguments are classified and packed once: `kernel[...].bind(*args)`.
 /// Calling it submits again with no classification or packing.
@@ -43,10 +43,7 @@ pub(crate) fn bind(
     let driver = driver()?;
     let context = driver.launch_context()?;
     let compute_capability = compute_capability_code(driver, context.ordinal)?;
-    let mut scratch = Scratch {
-        launch_stream: config.dims.stream,
-        ..Scratch::default()
-    };
+    let mut scratch = Scratch::for_stream(config.dims.stream);
     let configuration = (&config.dims, &config.stream);
     let overload = resolve(
         py,

@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use crate::classify::fingerprint::describe;
-use crate::classify::{read_arg, Position, Scratch};
+use crate::classify::{read_arg, Position};
 use crate::code::CompiledCode;
 use crate::devices::{compute_capability_code, driver};
 use crate::errors::{Error, Result};
@@ -23,6 +23,7 @@ use crate::limits;
 use crate::overloads::{Kernel, Overload, Target};
 use crate::packed::PackedArgs;
 use crate::plan::Plan;
+use crate::scratch::Scratch;
 use crate::staging;
 use crate::streams::order_inputs;
 
@@ -79,7 +80,7 @@ pub(crate) fn launch(
     let compute_capability = compute_capability_code(driver, context.ordinal)?;
     with_scratch(|scratch| {
         scratch.reset();
-        scratch.launch_stream = dims.stream;
+        scratch.streams.launch_stream = dims.stream;
         let Some(overload) = resolve(
             py,
             kernel_object,
@@ -214,10 +215,7 @@ fn check_and_order(
     names: &[String],
     scratch: &mut Scratch,
 ) -> Result<LaunchDims> {
-    if !scratch.claimed_devices.is_empty()
-        || !scratch.unverified_pointers.is_empty()
-        || driver.device_count() > 1
-    {
+    if !scratch.devices.is_empty() || driver.device_count() > 1 {
         limits::check_devices(driver, context.ordinal, scratch, names)?;
     }
     order_inputs(py, context.context, dims, scratch)
@@ -254,7 +252,7 @@ impl Compiled<'_> {
             self.compute_capability,
             self.cluster,
         )?;
-        if !scratch.records.is_empty() {
+        if !scratch.records.copies.is_empty() {
             staging::stage(py, driver, dims.stream, scratch)?;
         }
         let mut launched = self.plan.pack(
@@ -299,7 +297,7 @@ impl Compiled<'_> {
         mut launched: Result<()>,
     ) -> Result<()> {
         let stream = self.dims.stream;
-        if !scratch.staged.is_empty() {
+        if !scratch.records.staged.is_empty() {
             let unstaged = staging::unstage(py, driver, stream, scratch, launched.is_ok());
             launched = launched.and(unstaged);
         }

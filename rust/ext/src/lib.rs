@@ -18,6 +18,7 @@ mod overloads;
 mod packed;
 mod plan;
 mod scalar;
+mod scratch;
 mod staging;
 mod streams;
 

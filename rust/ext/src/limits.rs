@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use fastlaunch_driver::context::attribute;
 use fastlaunch_driver::{self as driver, Driver, KernelAttribute, LaunchDims, PointerLocation};
 
-use crate::classify::{ArgValue, Position, Scratch, ValueAt};
+use crate::classify::Position;
 use crate::errors::{Error, Result};
+use crate::scratch::{ArgValue, Scratch, ValueAt};
 
 /// Dynamic shared memory any kernel may use without opting in.
 pub(crate) const DEFAULT_DYNAMIC_SHARED_BYTES: u32 = 48 * 1024;
@@ -315,7 +316,7 @@ pub(crate) fn check_devices(
         index: found.argument,
         name: names.get(found.argument).map_or("", String::as_str),
     };
-    for &(found, device) in &scratch.claimed_devices {
+    for &(found, device) in &scratch.devices.claimed {
         if device != ordinal && !reachable_anywhere(driver, scratch, found) {
             reach_peer(
                 driver,
@@ -326,7 +327,7 @@ pub(crate) fn check_devices(
             )?;
         }
     }
-    for &found in &scratch.unverified_pointers {
+    for &found in &scratch.devices.unverified_pointers {
         let Some(ArgValue::Array(array)) = scratch.values.get(found.value) else {
             continue;
         };
@@ -355,10 +356,15 @@ pub(crate) fn check_devices(
     }
     let checked = |value: usize| {
         scratch
-            .claimed_devices
+            .devices
+            .claimed
             .iter()
             .any(|(v, _)| v.value == value)
-            || scratch.unverified_pointers.iter().any(|v| v.value == value)
+            || scratch
+                .devices
+                .unverified_pointers
+                .iter()
+                .any(|v| v.value == value)
     };
     // Every other array: numba and CuPy arrays (one argument each, in order).
     for (value, arg) in scratch.values.iter().enumerate() {

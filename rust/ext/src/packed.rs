@@ -7,11 +7,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::classify::fingerprint::split_arguments;
-use crate::classify::{read_arg, Position, Scratch};
+use crate::classify::{read_arg, Position};
 use crate::devices::driver;
 use crate::errors::{Error, Result};
 use crate::limits;
 use crate::plan::Plan;
+use crate::scratch::Scratch;
 
 /// Arguments packed once, with what replacing one of them in place needs: each argument's
 /// fingerprint bytes, its values (several for a tuple) and its parameter slots. Bound
@@ -42,7 +43,7 @@ impl PackedArgs {
         names: &[String],
         args: &Bound<'_, PyTuple>,
     ) -> Result<PackedArgs> {
-        if !scratch.records.is_empty() {
+        if !scratch.records.copies.is_empty() {
             return Err(Error::Type(
                 "bound launches and graph argument updates take no records (each launch \
                  copies a record to the device and back)"
@@ -71,7 +72,7 @@ impl PackedArgs {
             arg_first_value,
             arg_slots,
             args: args.iter().map(Bound::unbind).collect(),
-            launch_stream: scratch.launch_stream,
+            launch_stream: scratch.streams.launch_stream,
         })
     }
 
@@ -116,10 +117,7 @@ impl PackedArgs {
         ) else {
             return Err(Error::Index(format!("argument index {index} out of range")));
         };
-        let mut scratch = Scratch {
-            launch_stream: self.launch_stream,
-            ..Scratch::default()
-        };
+        let mut scratch = Scratch::for_stream(self.launch_stream);
         let at = Position {
             index,
             name: names.get(index).map_or("", String::as_str),

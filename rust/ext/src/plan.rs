@@ -7,9 +7,10 @@
 use fastlaunch_driver::ParamBuffer;
 
 use crate::classify::fingerprint::{argument_of_value, Item, Walker};
-use crate::classify::{ArgValue, Position};
+use crate::classify::Position;
 use crate::errors::{Error, Result};
 use crate::scalar::Scalar;
+use crate::scratch::ArgValue;
 
 #[cfg(test)]
 #[path = "plan_proptests.rs"]
@@ -169,8 +170,8 @@ fn rename_argument(error: Error, fingerprint: &[u8], names: &[String]) -> Error 
 mod tests {
     use super::*;
     use crate::classify::fingerprint::ARRAY_TAG;
-    use crate::classify::ArrayArg;
     use crate::scalar::Value;
+    use crate::scratch::ArrayArg;
 
     #[test]
     fn arrays_pack_in_numbas_data_model() {

@@ -5,9 +5,9 @@
 use fastlaunch_driver as driver;
 use pyo3::prelude::*;
 
-use crate::classify::{ArgValue, Scratch};
 use crate::errors::{Error, Result};
 use crate::graphs;
+use crate::scratch::{ArgValue, Scratch};
 
 /// Copies the records among the arguments to the device on the launch's stream and puts
 /// their device addresses in the values to pack (numba-cuda passes a record as a pointer to
@@ -27,15 +27,15 @@ pub(crate) fn stage(
                 .into(),
         ));
     }
-    for index in 0..scratch.records.len() {
-        let record = scratch.records[index];
+    for index in 0..scratch.records.copies.len() {
+        let record = scratch.records.copies[index];
         // SAFETY: the record's buffer exported `len` readable bytes at `host`, which the
         // argument object keeps in place for the launch (see `RecordCopy`).
         let staged =
             unsafe { driver.stage_on_stream(record.host as *const u8, record.len, stream) };
         match staged {
             Ok(staged) => {
-                scratch.staged.push(staged);
+                scratch.records.staged.push(staged);
                 scratch.values[record.value] = ArgValue::Record {
                     device: staged.device,
                 };
@@ -62,7 +62,7 @@ pub(crate) fn unstage(
     copy_back: bool,
 ) -> Result<()> {
     // `stage` staged the records in order, stopping at the first failure.
-    let copies = scratch.staged.iter().zip(&scratch.records);
+    let copies = scratch.records.staged.iter().zip(&scratch.records.copies);
     let outcome = py.detach(|| {
         let mut outcome = Ok(());
         for (&copy, record) in copies {
@@ -76,6 +76,6 @@ pub(crate) fn unstage(
         }
         outcome
     });
-    scratch.staged.clear();
+    scratch.records.staged.clear();
     Ok(outcome?)
 }

@@ -16,9 +16,9 @@ use fastlaunch_driver::{self as driver, Context, LaunchDims};
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use crate::classify::Scratch;
 use crate::devices::driver;
 use crate::errors::{Error, Result};
+use crate::scratch::Scratch;
 
 static ORDERING: AtomicBool = AtomicBool::new(true);
 static FOLLOW_CURRENT_STREAM: AtomicU8 = AtomicU8::new(0);
@@ -290,7 +290,7 @@ pub(crate) fn order_inputs(
         return Ok(*dims);
     }
     let mut exchange_stream = None;
-    if let Some((query, device_type, device_id)) = scratch.exchange_stream {
+    if let Some((query, device_type, device_id)) = scratch.streams.exchange_stream {
         let mut stream: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: the producer's own function, called with a valid out-pointer under the GIL.
         if unsafe { query(device_type, device_id, &mut stream) } != 0 {
@@ -298,15 +298,15 @@ pub(crate) fn order_inputs(
         }
         exchange_stream = Some(stream as usize);
     }
-    let cupy_stream = if scratch.has_cupy {
+    let cupy_stream = if scratch.streams.has_cupy {
         Some(cupy_current_stream(py)?)
     } else {
         None
     };
-    scratch.producers.extend(exchange_stream);
-    scratch.producers.extend(cupy_stream);
+    scratch.streams.producers.extend(exchange_stream);
+    scratch.streams.producers.extend(cupy_stream);
     let current_stream = exchange_stream.or(cupy_stream);
-    if scratch.producers.is_empty() {
+    if scratch.streams.producers.is_empty() {
         return Ok(*dims);
     }
     let mut dims = *dims;
@@ -315,7 +315,7 @@ pub(crate) fn order_inputs(
             dims.stream = stream;
         }
     }
-    order_after_producers(context, dims.stream, &scratch.producers)?;
+    order_after_producers(context, dims.stream, &scratch.streams.producers)?;
     Ok(dims)
 }
 

@@ -78,7 +78,7 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
             if handle == 0 {
                 return Err(at.error("__cuda_array_interface__ 'stream' must not be 0 (ambiguous)"));
             }
-            scratch.producers.push(handle);
+            scratch.streams.producers.push(handle);
         }
         _ => {}
     }
@@ -90,7 +90,7 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
     }
     if nonempty {
         let value = ValueAt::next(scratch, at);
-        scratch.unverified_pointers.push(value);
+        scratch.devices.unverified_pointers.push(value);
     }
     push_array(
         scratch,

@@ -172,6 +172,6 @@ fn claim_core_device(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scr
         .and_then(|device| int_as_i64(&device));
     if let Some(ordinal) = device.ok().and_then(|d| usize::try_from(d).ok()) {
         let value = ValueAt::next(scratch, at);
-        scratch.claimed_devices.push((value, ordinal));
+        scratch.devices.claimed.push((value, ordinal));
     }
 }

@@ -21,7 +21,7 @@ pub(super) fn is_cupy_array(module: &str, class: &Bound<'_, PyAny>) -> bool {
 
 /// A `cupy.ndarray` (CuPy's current stream then counts for ordering).
 pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
-    scratch.has_cupy = true;
+    scratch.streams.has_cupy = true;
     let py = arg.py();
     let Some(scalar) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
         scratch.needs_numba = true;

@@ -35,7 +35,8 @@ pub(super) fn read_exchange(
         refuse_lazy_sign_view(arg, &tensor, at)?;
     }
     if let Some(query) = api.current_work_stream {
-        scratch.exchange_stream = Some((query, tensor.device.device_type, tensor.device.device_id));
+        scratch.streams.exchange_stream =
+            Some((query, tensor.device.device_type, tensor.device.device_id));
     }
     push_dltensor(arg, &tensor, at, scratch)
 }
@@ -87,7 +88,7 @@ fn push_dltensor(
         let ordinal = usize::try_from(tensor.device.device_id)
             .map_err(|_| at.error("DLPack tensor has a negative device id"))?;
         let value = ValueAt::next(scratch, at);
-        scratch.claimed_devices.push((value, ordinal));
+        scratch.devices.claimed.push((value, ordinal));
     }
     if !matches!(
         device,
@@ -144,10 +145,10 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
     let py = arg.py();
     let kwargs = PyDict::new(py);
     // The consumer's stream (1 for the legacy default): the producer orders itself before it.
-    let stream = if scratch.launch_stream == 0 {
+    let stream = if scratch.streams.launch_stream == 0 {
         driver::LEGACY_STREAM
     } else {
-        scratch.launch_stream
+        scratch.streams.launch_stream
     };
     kwargs.set_item("stream", stream)?;
     let capsule = arg

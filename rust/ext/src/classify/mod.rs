@@ -41,102 +41,10 @@ use pyo3::types::PyTuple;
 use crate::dlpack::ExchangeApi;
 use crate::errors::{Error, Result};
 use crate::scalar::{Scalar, Value};
-use fastlaunch_driver as driver;
+use crate::scratch::{ArgValue, ArrayArg, RecordCopy, Scratch, ValueAt};
 
 #[cfg(test)]
 pub(crate) use arrays::MAX_NDIM;
-
-/// An array argument: what the packer needs. `dims_at` indexes the scratch's `dims`,
-/// where `ndim` shape values are followed by `ndim` byte strides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ArrayArg {
-    pub data: u64,
-    pub itemsize: u64,
-    pub nitems: u64,
-    pub ndim: usize,
-    pub dims_at: usize,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum ArgValue {
-    Array(ArrayArg),
-    Scalar(Value),
-    /// A record: the device address of its copy (0 until the launch stages it; see
-    /// [`RecordCopy`]), passed as one pointer parameter.
-    Record {
-        device: u64,
-    },
-}
-
-/// A record argument's host bytes, which the launch copies to the device before packing and
-/// back after (numba-cuda's `InOut` default for records). The argument object keeps the
-/// bytes alive and in place for the launch (a structured scalar holds its array).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RecordCopy {
-    /// Its value in `Scratch::values`.
-    pub value: usize,
-    pub host: usize,
-    pub len: usize,
-    /// Whether the bytes may be written: a record of a read-only array is not copied back.
-    pub writable: bool,
-}
-
-/// Per-launch working memory, reused by each thread so a launch allocates nothing.
-#[derive(Default)]
-pub(crate) struct Scratch {
-    pub fingerprint: Vec<u8>,
-    pub values: Vec<ArgValue>,
-    pub dims: Vec<i64>,
-    pub params: fastlaunch_driver::ParamBuffer,
-    /// Objects that must live until the launch is submitted (DLPack capsules).
-    pub keepalive: Vec<Py<PyAny>>,
-    /// The launch's stream, given to `__dlpack__` producers.
-    pub launch_stream: usize,
-    /// Streams that produced the inputs (CUDA Array Interface v3 `stream`).
-    pub producers: Vec<usize>,
-    /// A DLPack exchange-API producer among the inputs: where to ask its current stream.
-    pub exchange_stream: Option<(crate::dlpack::CurrentWorkStream, i32, i32)>,
-    /// Whether a CuPy array is among the inputs (CuPy's current stream then counts).
-    pub has_cupy: bool,
-    /// An argument only numba-cuda's own launch path can pass (see `Strategy::Numba`).
-    pub needs_numba: bool,
-    /// Arrays whose source names their device, and the device.
-    pub claimed_devices: Vec<(ValueAt, usize)>,
-    /// Arrays whose pointers the launch asks the driver about (generic CUDA Array
-    /// Interface objects, whose pointer may be anything).
-    pub unverified_pointers: Vec<ValueAt>,
-    /// How many tuples the member being read is inside.
-    pub tuple_depth: usize,
-    /// Records among the arguments, to copy to the device and back around the launch.
-    pub records: Vec<RecordCopy>,
-    /// Their device copies while the launch runs (emptied by the launch that made them).
-    pub staged: Vec<driver::StagedCopy>,
-}
-
-impl Scratch {
-    pub(crate) fn reset(&mut self) {
-        self.fingerprint.clear();
-        self.values.clear();
-        self.dims.clear();
-        self.params.clear();
-        self.keepalive.clear();
-        self.producers.clear();
-        self.exchange_stream = None;
-        self.has_cupy = false;
-        self.needs_numba = false;
-        self.claimed_devices.clear();
-        self.unverified_pointers.clear();
-        self.tuple_depth = 0;
-        self.records.clear();
-    }
-}
-
-/// Where an array's value is in `Scratch::values`, and which argument it came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ValueAt {
-    pub value: usize,
-    pub argument: usize,
-}
 
 impl ValueAt {
     fn next(scratch: &Scratch, at: Position<'_>) -> ValueAt {

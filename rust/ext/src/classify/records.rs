@@ -67,7 +67,7 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
         .getattr(intern!(py, "writeable"))?
         .is_truthy()?;
     fingerprint::push_record(&mut scratch.fingerprint, id);
-    scratch.records.push(RecordCopy {
+    scratch.records.copies.push(RecordCopy {
         value: scratch.values.len(),
         host,
         len,

@@ -1,0 +1,133 @@
+//! The per-launch state: what classifying a launch's arguments produces and what the rest of
+//! the launch reads. Each thread reuses one [`Scratch`] (`launch.rs`), so a launch allocates
+//! nothing. Classification (`classify/`) fills it; the groups below are what the later stages
+//! read: [`StreamInputs`] (`streams.rs`), [`DeviceClaims`] (`limits.rs`) and
+//! [`RecordStaging`] (`staging.rs`).
+
+use pyo3::prelude::*;
+
+use crate::scalar::Value;
+use fastlaunch_driver as driver;
+
+/// An array argument: what the packer needs. `dims_at` indexes the scratch's `dims`,
+/// where `ndim` shape values are followed by `ndim` byte strides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ArrayArg {
+    pub data: u64,
+    pub itemsize: u64,
+    pub nitems: u64,
+    pub ndim: usize,
+    pub dims_at: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ArgValue {
+    Array(ArrayArg),
+    Scalar(Value),
+    /// A record: the device address of its copy (0 until the launch stages it; see
+    /// [`RecordCopy`]), passed as one pointer parameter.
+    Record {
+        device: u64,
+    },
+}
+
+/// Where an array's value is in `Scratch::values`, and which argument it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ValueAt {
+    pub value: usize,
+    pub argument: usize,
+}
+
+/// A record argument's host bytes, which the launch copies to the device before packing and
+/// back after (numba-cuda's `InOut` default for records). The argument object keeps the
+/// bytes alive and in place for the launch (a structured scalar holds its array).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RecordCopy {
+    /// Its value in `Scratch::values`.
+    pub value: usize,
+    pub host: usize,
+    pub len: usize,
+    /// Whether the bytes may be written: a record of a read-only array is not copied back.
+    pub writable: bool,
+}
+
+/// What orders the launch after its inputs (`streams::order_inputs`).
+#[derive(Default)]
+pub(crate) struct StreamInputs {
+    /// The launch's stream, given to `__dlpack__` producers.
+    pub launch_stream: usize,
+    /// Streams that produced the inputs (CUDA Array Interface v3 `stream`).
+    pub producers: Vec<usize>,
+    /// A DLPack exchange-API producer among the inputs: where to ask its current stream.
+    pub exchange_stream: Option<(crate::dlpack::CurrentWorkStream, i32, i32)>,
+    /// Whether a CuPy array is among the inputs (CuPy's current stream then counts).
+    pub has_cupy: bool,
+}
+
+/// What the launch checks about the arrays' devices (`limits::check_devices`).
+#[derive(Default)]
+pub(crate) struct DeviceClaims {
+    /// Arrays whose source names their device, and the device.
+    pub claimed: Vec<(ValueAt, usize)>,
+    /// Arrays whose pointers the launch asks the driver about (generic CUDA Array
+    /// Interface objects, whose pointer may be anything).
+    pub unverified_pointers: Vec<ValueAt>,
+}
+
+impl DeviceClaims {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.claimed.is_empty() && self.unverified_pointers.is_empty()
+    }
+}
+
+/// Records among the arguments, copied to the device and back around the launch
+/// (`staging.rs`).
+#[derive(Default)]
+pub(crate) struct RecordStaging {
+    pub copies: Vec<RecordCopy>,
+    /// Their device copies while the launch runs (emptied by the launch that made them).
+    pub staged: Vec<driver::StagedCopy>,
+}
+
+/// Per-launch working memory, reused by each thread so a launch allocates nothing.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    pub fingerprint: Vec<u8>,
+    pub values: Vec<ArgValue>,
+    pub dims: Vec<i64>,
+    pub params: driver::ParamBuffer,
+    /// Objects that must live until the launch is submitted (DLPack capsules).
+    pub keepalive: Vec<Py<PyAny>>,
+    /// How many tuples the member being read is inside.
+    pub tuple_depth: usize,
+    /// An argument only numba-cuda's own launch path can pass (see `Strategy::Numba`).
+    pub needs_numba: bool,
+    pub streams: StreamInputs,
+    pub devices: DeviceClaims,
+    pub records: RecordStaging,
+}
+
+impl Scratch {
+    /// A scratch for a launch on `launch_stream` (bound launches and argument updates).
+    pub(crate) fn for_stream(launch_stream: usize) -> Scratch {
+        let mut scratch = Scratch::default();
+        scratch.streams.launch_stream = launch_stream;
+        scratch
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.fingerprint.clear();
+        self.values.clear();
+        self.dims.clear();
+        self.params.clear();
+        self.keepalive.clear();
+        self.tuple_depth = 0;
+        self.needs_numba = false;
+        self.streams.producers.clear();
+        self.streams.exchange_stream = None;
+        self.streams.has_cupy = false;
+        self.devices.claimed.clear();
+        self.devices.unverified_pointers.clear();
+        self.records.copies.clear();
+    }
+}
