@@ -90,15 +90,31 @@ def main() -> None:
         "C numba 2-D x3 + 4 scalars": (*(numba_array((16, 8)) for _ in range(3)), 3, 1.5, 7, 2.5),
         "D numba array x26": tuple(numba_array((128,)) for _ in range(26)),
         "E16 np.float32 x16": tuple(np.float32(i) for i in range(16)),
+        "E256 np.float32 x256": tuple(np.float32(i) for i in range(256)),
+        "E256 float x256": tuple(float(i) for i in range(256)),
     }
-    print(f"{'case':28} {'full µs':>8} {'bound µs':>9} {'classify+pack µs':>17}")
+    print(
+        f"{'case':28} {'inline µs':>9} {'reused µs':>9} {'bound µs':>9} "
+        f"{'inline-reused':>13} {'classify+pack':>13}"
+    )
     for name, args in cases.items():
-        launcher = kernel_for(args)[1, 1]
+        kernel = kernel_for(args)
+        launcher = kernel[1, 1]
         bound = launcher.bind(*args)
+        inline = per_call_us(lambda kernel=kernel, args=args: kernel[1, 1](*args))
         full = per_call_us(lambda launcher=launcher, args=args: launcher(*args))
         prebound = per_call_us(bound)
-        print(f"{name:28} {full:8.3f} {prebound:9.3f} {full - prebound:17.3f}")
-
+        print(
+            f"{name:28} {inline:9.3f} {full:9.3f} {prebound:9.3f} "
+            f"{inline - full:13.3f} {full - prebound:13.3f}"
+        )
+    kernel = kernel_for(())
+    for spelling, call in {
+        "k[1, 1, 0]()": lambda: kernel[1, 1, 0](),
+        "k[1, 1, None, 0]()": lambda: kernel[1, 1, None, 0](),
+        "k[(1, 1), (32, 4)]()": lambda: kernel[(1, 1), (32, 4)](),
+    }.items():
+        print(f"{spelling:28} {per_call_us(call):9.3f}")
 
 if __name__ == "__main__":
     main()

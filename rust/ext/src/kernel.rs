@@ -6,10 +6,12 @@
 use std::sync::atomic::Ordering;
 
 use pyo3::exceptions::PyRuntimeError;
+use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::errors::{Error, Result};
+use crate::errors::Result;
+use crate::configurations::ConfigKey;
 use crate::launcher::Launcher;
 use crate::numba_types::plan_of_types;
 use crate::overloads::Kernel;
@@ -70,22 +72,40 @@ impl Kernel {
         self.clear();
     }
 
-    /// `kernel[griddim, blockdim]`, `[..., stream]`, `[..., stream, sharedmem]`.
-    fn __getitem__(slf: &Bound<'_, Self>, config: &Bound<'_, PyAny>) -> Result<Launcher> {
-        let items = config
-            .cast::<PyTuple>()
-            .ok()
-            .filter(|t| (2..=4).contains(&t.len()))
-            .ok_or_else(|| Error::Value("must specify at least the griddim and blockdim".into()))?;
-        let get = |i: usize| items.get_item(i).ok();
-        Launcher::configure(
-            slf,
-            &items.get_item(0)?,
-            &items.get_item(1)?,
-            get(2).as_ref(),
-            get(3).as_ref(),
-            None,
-        )
+    /// `kernel[griddim, blockdim]`, `[..., stream]`, `[..., stream, sharedmem]`: the same
+    /// launcher each time for the same configuration, as numba-cuda's cached `configure`.
+    fn __getitem__(slf: &Bound<'_, Self>, config: &Bound<'_, PyAny>) -> Result<Py<PyAny>> {
+        let py = slf.py();
+        let key = ConfigKey::of(config);
+        let configurations = &slf.get().configurations;
+        if let Some(launcher) = key.and_then(|key| configurations.find(py, &key)) {
+            return Ok(launcher);
+        }
+        let launcher = Py::new(py, Launcher::from_subscript(slf, config)?)?.into_any();
+        if let Some(key) = key {
+            configurations.insert(py, key, &launcher);
+        }
+        Ok(launcher)
+    }
+
+    /// Configurations cached by `kernel[...]`.
+    #[getter]
+    fn _configuration_count(&self) -> usize {
+        self.configurations.len()
+    }
+
+    /// The cached launchers hold the kernel: the cycle collector sees them through here.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+        self.configurations.traverse(&visit)
+    }
+
+    fn __clear__(&self) {
+        self.configurations.clear();
+    }
+
+    /// Drops the cached configurations (their launchers stay valid where held).
+    fn _clear_configurations(&self) {
+        self.configurations.clear();
     }
 
     /// The launch configuration object for `kernel[griddim, blockdim, stream, sharedmem]`;

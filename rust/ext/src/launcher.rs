@@ -13,6 +13,7 @@
 use std::sync::atomic::Ordering;
 
 use fastlaunch_driver::LaunchDims;
+use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyList, PyTuple};
 use pyo3::{ffi, intern};
@@ -78,6 +79,27 @@ impl Launcher {
                 stream: stream.unbind(),
             },
         })
+    }
+
+    /// Parses `kernel[config]`: `(griddim, blockdim[, stream[, sharedmem]])`.
+    pub(crate) fn from_subscript(
+        kernel: &Bound<'_, Kernel>,
+        config: &Bound<'_, PyAny>,
+    ) -> Result<Launcher> {
+        let items = config
+            .cast::<PyTuple>()
+            .ok()
+            .filter(|t| (2..=4).contains(&t.len()))
+            .ok_or_else(|| Error::Value("must specify at least the griddim and blockdim".into()))?;
+        let get = |i: usize| items.get_item(i).ok();
+        Launcher::configure(
+            kernel,
+            &items.get_item(0)?,
+            &items.get_item(1)?,
+            get(2).as_ref(),
+            get(3).as_ref(),
+            None,
+        )
     }
 }
 
@@ -164,6 +186,11 @@ impl Launcher {
 
 #[pymethods]
 impl Launcher {
+    /// Part of a cycle when cached (kernel → its configurations → launcher → kernel).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+        visit.call(&self.kernel)?;
+        visit.call(&self.config.stream)
+    }
     #[pyo3(signature = (*args))]
     fn __call__(slf: &Bound<'_, Self>, args: &Bound<'_, PyTuple>) -> Result<()> {
         let py = slf.py();

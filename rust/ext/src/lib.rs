@@ -4,6 +4,7 @@
 mod bound;
 mod classify;
 mod code;
+mod configurations;
 mod devices;
 mod dlpack;
 mod errors;

@@ -10,6 +10,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use crate::code::{CompiledCode, CompiledKernel};
+use crate::configurations::Configurations;
 use crate::errors::{Error, Result};
 use crate::numba_types::plan_of_types;
 use crate::plan::Plan;
@@ -60,6 +61,8 @@ pub struct Kernel {
     /// A configuration of this kernel has had its `pre_launch_callbacks` list asked for:
     /// from then on launches ask Python whether theirs has callbacks (`launcher.rs`).
     pub(crate) may_have_pre_launch_callbacks: AtomicBool,
+    /// `kernel[...]` as numba-cuda caches it: one launcher per configuration.
+    pub(crate) configurations: Configurations,
 }
 
 impl Kernel {
@@ -73,6 +76,7 @@ impl Kernel {
             always_numba: AtomicBool::new(false),
             low_occupancy_settled: AtomicBool::new(false),
             may_have_pre_launch_callbacks: AtomicBool::new(false),
+            configurations: Configurations::new(),
         }
     }
 
