@@ -32,7 +32,7 @@ mod numba;
 mod records;
 mod scalars;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -94,6 +94,7 @@ struct CachedType {
 
 thread_local! {
     static TYPES: RefCell<Vec<CachedType>> = const { RefCell::new(Vec::new()) };
+    static LAST_TYPE: Cell<Option<(usize, Strategy)>> = const { Cell::new(None) };
 }
 
 /// Where an argument is, for error messages.
@@ -179,13 +180,25 @@ fn type_name(arg: &Bound<'_, PyAny>) -> String {
 /// `Result` to build) so that `read_arg` stays cheap.
 #[inline(always)]
 fn cached_strategy(type_ptr: usize) -> Option<Strategy> {
-    TYPES.with(|types| {
+    // Arguments of one type often come in runs (26 arrays, 256 scalars): the last type read
+    // is answered from a `Cell`, without borrowing and scanning the list. Cached types stay
+    // cached (and alive) for the thread's lifetime, so the pair stays valid.
+    if let Some((last, strategy)) = LAST_TYPE.get() {
+        if last == type_ptr {
+            return Some(strategy);
+        }
+    }
+    let found = TYPES.with(|types| {
         types
             .borrow()
             .iter()
             .find(|t| t.type_ptr == type_ptr)
             .map(|t| t.strategy)
-    })
+    });
+    if let Some(strategy) = found {
+        LAST_TYPE.set(Some((type_ptr, strategy)));
+    }
+    found
 }
 
 /// Resolves the strategy for a type seen for the first time on this thread, and caches it.
