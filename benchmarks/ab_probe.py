@@ -5,6 +5,8 @@ before/after comparison across runs says little. This probe installs nothing its
 two folders, each holding one build (``pip install --target DIR fastlaunch-*.whl``), and it
 times cases B and D with numba, CuPy and torch arrays (what is installed of them) in child
 processes, alternating the builds round by round, and prints the medians and their ratio.
+Each is timed as the benchmark used to time it (a reused launcher over fresh arrays) and as
+users write it (``kernel[1, 1](*args)`` inline, over views of one buffer).
 
     python3 benchmarks/ab_probe.py --before /tmp/old --after /tmp/new [--rounds 3]
 """
@@ -34,6 +36,8 @@ def child() -> None:
         apply_numpy_shim,
         array_makers,
         make_batch,
+        make_inline_batch,
+        make_views,
         py_kernel,
     )
 
@@ -48,17 +52,22 @@ def child() -> None:
         case = CASES[case_id]
         for source, make in makers.items():
             kernel = fastlaunch.jit(py_kernel(f"empty_{case_id.lower()}"))
-            args = [make(case.shape) for _ in range(case.n_arrays)] + list(case.scalars())
-            batch = make_batch(kernel[1, 1], args)
-            batch()
-            cuda.synchronize()
-            per_launch = []
-            for _ in range(60):
-                started = time.perf_counter()
+            fresh = [make(case.shape) for _ in range(case.n_arrays)] + list(case.scalars())
+            views = make_views(make, case.n_arrays, case.shape) + list(case.scalars())
+            batches = {
+                "reused/fresh": make_batch(kernel[1, 1], fresh),
+                "inline/views": make_inline_batch(kernel, (1, 1), views),
+            }
+            for variant, batch in batches.items():
                 batch()
-                per_launch.append((time.perf_counter() - started) * 1e6 / BATCH)
                 cuda.synchronize()
-            results[f"{case_id} {source}"] = statistics.median(per_launch)
+                per_launch = []
+                for _ in range(60):
+                    started = time.perf_counter()
+                    batch()
+                    per_launch.append((time.perf_counter() - started) * 1e6 / BATCH)
+                    cuda.synchronize()
+                results[f"{case_id} {source} {variant}"] = statistics.median(per_launch)
     print(json.dumps(results))
 
 
@@ -103,11 +112,11 @@ def main() -> int:
     print(
         f"µs per launch, median of {args.rounds} alternating rounds (each a median of 60 batches)"
     )
-    print(f"{'case':10} {'before':>8} {'after':>8} {'after/before':>13}")
+    print(f"{'case':26} {'before':>8} {'after':>8} {'after/before':>13}")
     for key in medians["before"]:
         before = statistics.median(medians["before"][key])
         after = statistics.median(medians["after"][key])
-        print(f"{key:10} {before:8.2f} {after:8.2f} {after / before:12.2f}×")
+        print(f"{key:26} {before:8.2f} {after:8.2f} {after / before:12.2f}×")
     return 0
 
 

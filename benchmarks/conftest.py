@@ -10,6 +10,7 @@ they are not installed.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -120,26 +121,38 @@ def cuda_driver() -> Any:
 
 
 @pytest.fixture
-def make_arrays(request: pytest.FixtureRequest) -> Callable[[str, int, tuple[int, ...]], list]:
-    """``make_arrays(source, n, shape)``: ``n`` new float32 C-order device arrays of
-    ``shape`` from ``source`` ("numba", "cupy", "torch"; "none" for no arrays), skipping
-    the test when that library is missing."""
+def make_arrays(request: pytest.FixtureRequest) -> Callable[..., list]:
+    """``make_arrays(source, n, shape, arrays="fresh")``: ``n`` float32 C-order device arrays
+    of ``shape`` from ``source`` ("numba", "cupy", "torch"; "none" for no arrays), skipping
+    the test when that library is missing. ``arrays="views"`` makes them slices of one
+    buffer (``buf[i * size : (i + 1) * size]``, reshaped): torch views carry ``_base``, CuPy
+    views share ``data.mem``, numba views are device arrays over the buffer's memory."""
 
-    def make(source: str, n: int, shape: tuple[int, ...]) -> list:
+    def make(source: str, n: int, shape: tuple[int, ...], arrays: str = "fresh") -> list:
         if n == 0 or source == "none":
             return []
+        size = math.prod(shape)
         if source == "numba":
             import numpy as np
             from numba import cuda
 
+            if arrays == "views":
+                buffer = cuda.device_array(n * size, dtype=np.float32)
+                return [buffer[i * size : (i + 1) * size].reshape(shape) for i in range(n)]
             return [cuda.device_array(shape, dtype=np.float32) for _ in range(n)]
         if source == "cupy":
             import numpy as np
 
             cupy = request.getfixturevalue("cupy")
+            if arrays == "views":
+                buffer = cupy.empty(n * size, dtype=np.float32)
+                return [buffer[i * size : (i + 1) * size].reshape(shape) for i in range(n)]
             return [cupy.empty(shape, dtype=np.float32) for _ in range(n)]
         if source == "torch":
             torch = request.getfixturevalue("torch")
+            if arrays == "views":
+                buffer = torch.empty(n * size, dtype=torch.float32, device="cuda:0")
+                return [buffer[i * size : (i + 1) * size].view(shape) for i in range(n)]
             return [torch.empty(shape, dtype=torch.float32, device="cuda:0") for _ in range(n)]
         raise ValueError(f"unknown array source {source!r}")
 

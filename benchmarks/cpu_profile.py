@@ -116,5 +116,6 @@ def main() -> None:
     }.items():
         print(f"{spelling:28} {per_call_us(call):9.3f}")
 
+
 if __name__ == "__main__":
     main()

@@ -140,6 +140,16 @@ def array_makers() -> dict[str, Callable[[tuple[int, ...]], Any]]:
     return made
 
 
+def make_views(make: Callable[[tuple[int, ...]], Any], n: int, shape: tuple[int, ...]) -> list:
+    """``n`` arrays of ``shape`` as views of one buffer made by ``make`` (see ``array_makers``):
+    ``buffer[i * size : (i + 1) * size]``, reshaped."""
+    size = math.prod(shape)
+    if n == 0:
+        return []
+    buffer = make((n * size,))
+    return [buffer[i * size : (i + 1) * size].reshape(shape) for i in range(n)]
+
+
 # ------------------------------------------------------------------- Python kernels
 
 
@@ -297,6 +307,39 @@ def make_batch(
     return batch
 
 
+def make_inline_batch(
+    kernel: Any, config: tuple, args: Sequence[Any], n: int = BATCH
+) -> Callable[[], None]:
+    """A function making ``n`` launches spelled as users write them,
+    ``kernel[config](*args)``: the configuration subscripted on every call."""
+    args = tuple(args)
+    loop = range(n)
+
+    def batch() -> None:
+        for _ in loop:
+            kernel[config](*args)
+
+    return batch
+
+
+def make_statement_batch(
+    statement: str, names: dict[str, Any], n: int = BATCH
+) -> Callable[[], None]:
+    """A function running ``statement`` ``n`` times with ``names`` as its locals: for peers
+    whose users spell per-call work inline, e.g. ``launch(s, cfg, k, t0.data_ptr(), ...)``."""
+    params = ", ".join(names)
+    code = f"def batch({params}):\n    for _ in range({n}):\n        {statement}\n"
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)  # noqa: S102 - benchmark statements written in this package
+    inner = namespace["batch"]
+    values = tuple(names.values())
+
+    def batch() -> None:
+        inner(*values)
+
+    return batch
+
+
 def _percentile(sorted_values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (NumPy's default), as in the Rust floor bench."""
     position = q / 100 * (len(sorted_values) - 1)
@@ -322,6 +365,7 @@ def run_benchmark(
     launch: Callable[..., Any],
     args: Sequence[Any],
     sync: Callable[[], Any],
+    batch: Callable[[], None] | None = None,
     **meta: Any,
 ) -> dict[str, Any]:
     """Times ``launch(*args)`` in rounds of ``BATCH`` launches with pytest-benchmark.
@@ -332,7 +376,8 @@ def run_benchmark(
     fits in ``TARGET_SECONDS``, clamped to ``[MIN_ROUNDS, MAX_ROUNDS]``. Returns and records
     (``benchmark.extra_info``, and the JSON-lines file when configured) µs per launch.
     """
-    batch = make_batch(launch, args)
+    if batch is None:  # else the caller spelled the batch (inline launches, peers' statements)
+        batch = make_batch(launch, args)
     launch(*args)  # compiles / loads on the first call
     sync()
     batch()

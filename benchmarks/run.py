@@ -393,6 +393,8 @@ def rows_from(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "label": FLOOR_PATHS.get(r["path"], r["path"]),
                 "source": "raw",
                 "mode": "",
+                "spelling": "",
+                "arrays": "",
                 "grid": r["grid"],
                 **{k: r.get(k) for k in ("median_us", "p10_us", "p90_us", "min_us")},
             }
@@ -414,6 +416,8 @@ def rows_from(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "label": PATH_LABELS.get(r["path"], r["path"]),
                 "source": r.get("source", ""),
                 "mode": r.get("mode", ""),
+                "spelling": r.get("spelling", ""),
+                "arrays": r.get("arrays", "fresh"),
                 "grid": r.get("grid", 1),
                 **{k: r.get(k) for k in ("median_us", "p10_us", "p90_us", "min_us")},
             }
@@ -444,15 +448,19 @@ def _numba_for(rows: list[dict[str, Any]], row: dict[str, Any]) -> float | None:
         ("numba", "dispatch"),
         ("none", "dispatch"),
     ]
-    for want_source, want_mode in candidates:
-        for r in numba:
-            if (r["case"], r["source"], r["mode"], r["grid"]) == (
-                case,
-                want_source,
-                want_mode,
-                grid,
-            ):
-                return r["median_us"]
+    # numba-cuda's figure for the same arrays (fresh or views) where there is one
+    arrays = [row.get("arrays", "fresh"), "fresh"]
+    for want_arrays in arrays:
+        for want_source, want_mode in candidates:
+            for r in numba:
+                if (r["case"], r["source"], r["mode"], r["grid"], r.get("arrays", "fresh")) == (
+                    case,
+                    want_source,
+                    want_mode,
+                    grid,
+                    want_arrays,
+                ):
+                    return r["median_us"]
     return None
 
 
@@ -464,14 +472,16 @@ def _sort_key(row: dict[str, Any]) -> tuple:
         path_rank,
         MODES_ORDER.index(row["mode"]) if row["mode"] in MODES_ORDER else 2,
         source_rank.index(row["source"]) if row["source"] in source_rank else 9,
+        row.get("spelling") != "inline",
+        row.get("arrays") != "views",
     )
 
 
 def _table(rows: list[dict[str, Any]], all_rows: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "| case | path / peer | source | mode | µs median | p10 | p90 | × C floor "
-        "| speed-up vs numba-cuda | target |",
-        "|---|---|---|---|--:|--:|--:|--:|--:|---|",
+        "| case | path / peer | source | mode | spelling | arrays | µs median | p10 | p90 "
+        "| × C floor | speed-up vs numba-cuda | target |",
+        "|---|---|---|---|---|---|--:|--:|--:|--:|--:|---|",
     ]
     for row in rows:
         floor = _floor_for(all_rows, row)
@@ -485,6 +495,7 @@ def _table(rows: list[dict[str, Any]], all_rows: list[dict[str, Any]]) -> list[s
         label = f"**{row['label']}**" if row["path"] == "fastlaunch" else row["label"]
         lines.append(
             f"| {row['case']} | {label} | {row['source']} | {row['mode']} "
+            f"| {row.get('spelling') or '—'} | {row.get('arrays') or '—'} "
             f"| {_fmt_us(row['median_us'])} | {_fmt_us(row['p10_us'])} "
             f"| {_fmt_us(row['p90_us'])} | {_fmt_ratio(ratio)} | {_fmt_ratio(speedup)} "
             f"| {target} |"
@@ -515,10 +526,11 @@ def _verdicts(rows: list[dict[str, Any]]) -> list[str]:
             match = [
                 n
                 for n in numba
-                if (n["source"], n["mode"], n["grid"]) == (f["source"], f["mode"], f["grid"])
+                if (n["source"], n["mode"], n["grid"], n["arrays"])
+                == (f["source"], f["mode"], f["grid"], f["arrays"])
             ]
             if match and f["median_us"] >= match[0]["median_us"]:
-                losses.append(f"{f['source']}/{f['mode']}")
+                losses.append(f"{f['source']}/{f['mode']}/{f['spelling']}/{f['arrays']}")
         if losses:
             never_loses = "no: " + ", ".join(losses)
         else:
@@ -639,6 +651,18 @@ def render_markdown(results: dict[str, Any], png_name: str | None) -> str:
         and r["path"] not in ("fastlaunch.bind", "fastlaunch.graph")
     ]
     case_rows.sort(key=lambda r: (CASE_ORDER.index(r["case"]), _sort_key(r)))
+    headline = [
+        r
+        for r in case_rows
+        if r["path"] == "fastlaunch"
+        and r["mode"] == "dispatch"
+        and r.get("spelling") == "inline"
+        and r.get("arrays") in ("views", "fresh")
+        and (r.get("arrays") == "views" or r["source"] == "none")
+    ]
+    out += ["## What users write: `kernel[1, 1](*args)` inline, arrays as views", ""]
+    out += _table(headline, rows) if headline else ["No results."]
+    out += [""]
     out += ["## Cases A–F, `[1, 1]`", ""]
     out += _table(case_rows, rows) if case_rows else ["No results."]
     out += [""]

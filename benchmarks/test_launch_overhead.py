@@ -16,6 +16,11 @@ Cases (arrays are 128-element float32; C's are 16×8, C order):
   D: 26 ``float32[::1]`` (numba-cuda's ``test_many_args``); E16 / E256: float32 scalars.
 - F: B and D in lazy-dispatch mode (``@jit``) and explicit-signature mode (``@jit(sig)``);
   the other cases use dispatch mode. Sources: numba device arrays, CuPy, torch.
+- Spelling and arrays (recorded as ``spelling`` and ``arrays``): ``inline`` launches write
+  ``kernel[1, 1](*args)`` on every call, as users and numba-cuda's docs do; ``reused``
+  launches configure once (``cfg = kernel[1, 1]``) and call ``cfg(*args)``. ``fresh``
+  arrays are each their own allocation; ``views`` are slices of one buffer. The headline is
+  ``inline`` + ``views``: what a user gets.
 - Launch shape ``[1, 1]``, except numba-cuda's own 12 ``test_kernel_launch`` cases
   (``test_one_arg`` / ``test_many_args`` × dispatch / signature × device_array / torch /
   cupy), reproduced with their kernels, arrays and ``[128, 128]`` for both numba-cuda and
@@ -26,6 +31,9 @@ Peers, in the same process, each with the closest equivalent of the case:
 - ``cuda.core.launch`` and raw ``cuda.bindings`` ``cuLaunchKernel``: empty PTX kernels with
   numba's parameter layout (an array is 7 or 9 8-byte values), values given as Python ints
   and floats (cuda.core packs them every call) or packed once (cuda.bindings);
+- ``cuda.core.launch`` as its users write it for torch and CuPy arrays: an empty kernel
+  taking one pointer per array, the pointers read on every call (``t.data_ptr()``,
+  ``c.data.ptr``);
 - CuPy ``RawKernel``: an empty ``extern "C" __global__`` kernel with the case's arguments in
   their natural C types (``float*`` per array);
 - a torch eager op on the case's tensors (B: ``x.add_(1)``; C: ``torch.add(a, b, alpha=2,
@@ -47,6 +55,8 @@ from benchmarks.harness import (
     cupy_scalars,
     cupy_source,
     empty_kernel_ptx,
+    make_inline_batch,
+    make_statement_batch,
     numba_layout_values,
     numba_ptx_types,
     ptx_target,
@@ -60,19 +70,22 @@ SOURCES = ["numba", "cupy", "torch"]
 MODES = ["dispatch", "signature"]
 
 
-def _jit_matrix() -> list[tuple[str, str, str]]:
-    rows = [("A", "none", "dispatch")]
-    rows += [("B", source, mode) for mode in MODES for source in SOURCES]
-    rows += [("C", source, "dispatch") for source in SOURCES]
-    rows += [("D", source, mode) for mode in MODES for source in SOURCES]
-    rows += [("E16", "none", "dispatch"), ("E256", "none", "dispatch")]
+def _jit_matrix() -> list[tuple[str, str, str, str, str]]:
+    """(case, source, mode, spelling, arrays): every spelling and kind of array in dispatch
+    mode, the headline (inline, views) in signature mode."""
+    variants = [(sp, ar) for sp in ("inline", "reused") for ar in ("fresh", "views")]
+    rows = [("A", "none", "dispatch", sp, "fresh") for sp in ("inline", "reused")]
+    for case in ("B", "C", "D"):
+        rows += [(case, so, "dispatch", sp, ar) for so in SOURCES for sp, ar in variants]
+    for case in ("B", "D"):
+        rows += [(case, so, "signature", "inline", "views") for so in SOURCES]
+    rows += [
+        (e, "none", "dispatch", sp, "fresh") for e in ("E16", "E256") for sp in ("inline", "reused")
+    ]
     return rows
 
 
-JIT_MATRIX = [
-    pytest.param(case, source, mode, id=f"{case}-{source}-{mode}")
-    for case, source, mode in _jit_matrix()
-]
+JIT_MATRIX = [pytest.param(*row, id="-".join(row)) for row in _jit_matrix()]
 
 
 @functools.cache
@@ -98,21 +111,26 @@ def _data_pointer(array: Any) -> int:
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize(("case_id", "source", "mode"), JIT_MATRIX)
-def test_jit(benchmark, sync, make_arrays, impl, case_id, source, mode):
+@pytest.mark.parametrize(("case_id", "source", "mode", "spelling", "arrays"), JIT_MATRIX)
+def test_jit(benchmark, sync, make_arrays, impl, case_id, source, mode, spelling, arrays):
+    if impl == "numba" and spelling == "reused" and case_id not in ("A", "E16", "E256"):
+        pytest.skip("numba-cuda caches configurations: measured inline only")
     case = CASES[case_id]
     signature = case.numba_signature() if mode == "signature" else None
     kernel = jitted(impl, f"empty_{case_id.lower()}", signature)
-    arrays = make_arrays(source, case.n_arrays, case.shape)
+    args = (*make_arrays(source, case.n_arrays, case.shape, arrays), *case.scalars())
     run_benchmark(
         benchmark,
         kernel[1, 1],
-        (*arrays, *case.scalars()),
+        args,
         sync,
+        batch=make_inline_batch(kernel, (1, 1), args) if spelling == "inline" else None,
         case=case_id,
         path=impl,
         source=source,
         mode=mode,
+        spelling=spelling,
+        arrays=arrays,
         grid=1,
         block=1,
     )
@@ -167,6 +185,57 @@ def test_cuda_core(benchmark, sync, make_arrays, cuda_core, case_id):
     )
 
 
+POINTER_READS = {"torch": "{}.data_ptr()", "cupy": "{}.data.ptr"}
+
+
+@pytest.mark.parametrize("arrays", ["fresh", "views"])
+@pytest.mark.parametrize("source", list(POINTER_READS))
+@pytest.mark.parametrize("case_id", ["B", "C", "D"])
+def test_cuda_core_by_hand(benchmark, sync, make_arrays, cuda_core, case_id, source, arrays):
+    """What a cuda.core user writes for torch or CuPy arrays: a kernel taking one pointer per
+    array, launched with ``launch(s, cfg, k, t0.data_ptr(), ..., scalars)``."""
+    from cuda.core import Device, LaunchConfig, ObjectCode, launch
+
+    case = CASES[case_id]
+    device = Device(0)
+    device.set_current()
+    entry = f"pointers_{case_id.lower()}"
+    cc = tuple(device.compute_capability)
+    ptx_types = [".u64"] * case.n_arrays + [_PTX_TYPES[t] for t in case.scalar_types]
+    ptx = empty_kernel_ptx(entry, ptx_types, ptx_target((cc[0], cc[1])))
+    kernel = ObjectCode.from_ptx(ptx.encode(), name=entry).get_kernel(entry)
+    tensors = make_arrays(source, case.n_arrays, case.shape, arrays)
+    names: dict[str, Any] = {"launch": launch, "kernel": kernel}
+    names["stream"] = getattr(cuda_core, "LEGACY_DEFAULT_STREAM", None) or device.default_stream
+    names["config"] = LaunchConfig(grid=1, block=1)
+    names |= {f"a{i}": t for i, t in enumerate(tensors)}
+    names |= {f"s{i}": v for i, v in enumerate(case.scalar_values)}
+    call = ", ".join(
+        [POINTER_READS[source].format(f"a{i}") for i in range(case.n_arrays)]
+        + [f"s{i}" for i in range(len(case.scalar_values))]
+    )
+    statement = f"launch(stream, config, kernel, {call})"
+    batch = make_statement_batch(statement, names)
+    run_benchmark(
+        benchmark,
+        lambda: batch(),
+        (),
+        sync,
+        batch=batch,
+        case=case_id,
+        path="cuda.core",
+        source=source,
+        mode=f"{POINTER_READS[source].format('x')} per call",
+        spelling="inline",
+        arrays=arrays,
+        grid=1,
+        block=1,
+    )
+
+
+_PTX_TYPES = {"int64": ".u64", "float64": ".f64", "float32": ".f32"}
+
+
 @pytest.mark.parametrize("case_id", RAW_CASES)
 def test_cuda_bindings(benchmark, sync, make_arrays, cuda_driver, case_id):
     cu = cuda_driver
@@ -193,22 +262,27 @@ def test_cuda_bindings(benchmark, sync, make_arrays, cuda_driver, case_id):
     del packed, module  # kept alive until here
 
 
+@pytest.mark.parametrize("arrays", ["fresh", "views"])
 @pytest.mark.parametrize("case_id", RAW_CASES)
-def test_cupy_rawkernel(benchmark, sync, make_arrays, cupy, case_id):
+def test_cupy_rawkernel(benchmark, sync, make_arrays, cupy, case_id, arrays):
     case = CASES[case_id]
+    if arrays == "views" and not case.n_arrays:
+        pytest.skip("no arrays")
     entry = f"empty_{case_id.lower()}"
     kernel = cupy.RawKernel(cupy_source(entry, case), entry)
     kernel.compile()
-    arrays = make_arrays("cupy", case.n_arrays, case.shape)
+    made = make_arrays("cupy", case.n_arrays, case.shape, arrays)
     run_benchmark(
         benchmark,
         kernel,
-        ((1,), (1,), (*arrays, *cupy_scalars(case))),
+        ((1,), (1,), (*made, *cupy_scalars(case))),
         sync,
         case=case_id,
         path="cupy.RawKernel",
         source="cupy",
         mode="C types",
+        spelling="inline",
+        arrays=arrays,
         grid=1,
         block=1,
     )

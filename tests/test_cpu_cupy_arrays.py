@@ -36,15 +36,29 @@ class FakeCupyArray:
         self.ndim = len(self._shape)
         self.size = int(np.prod(self._shape, dtype=np.int64))
         self.tuple_reads = 0
+        self.data_reads = 0
+        self.ptr = PTR
 
     @property
     def data(self):
-        return MemoryPointer(PTR)
+        self.data_reads += 1
+        return MemoryPointer(self.ptr)
 
     @property
     def shape(self):
         self.tuple_reads += 1
         return self._shape
+
+    @shape.setter
+    def shape(self, shape):  # CuPy's in-place reshape (same size, C-contiguous here)
+        assert int(np.prod(shape, dtype=np.int64)) == self.size
+        self._shape = tuple(shape)
+        itemsize = self.dtype.itemsize
+        self._strides = tuple(
+            int(np.prod(self._shape[i + 1 :], dtype=np.int64)) * itemsize
+            for i in range(len(self._shape))
+        )
+        self.ndim = len(self._shape)
 
     @property
     def strides(self):
@@ -93,3 +107,45 @@ def test_other_arrays_read_shape_and_strides():
     array = FakeCupyArray((4, 3), "float32", (24, 8))
     _core.fingerprint((array,))
     assert array.tuple_reads == 2
+
+
+def test_an_array_launched_before_is_not_read_again():
+    array = FakeCupyArray((128,), "float32")
+    first = _core.fingerprint((array,))
+    reads = array.data_reads
+    assert _core.fingerprint((array,)) == first
+    assert array.data_reads == reads  # pushed from the table of known arrays
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [((128,), (8, 16)), ((8, 16), (16, 8)), ((8, 16), (128,)), ((2, 3, 4), (4, 3, 2))],
+)
+def test_a_shape_assigned_in_place_is_noticed(before, after):
+    array = FakeCupyArray(before, "float32")
+    _core.fingerprint((array,))
+    array.shape = after
+    cai = FakeCAI(after, "<f4", strides=array._strides)
+    assert _core.fingerprint((array,)) == _core.fingerprint((cai,))
+    (descriptor,) = _core.describe(_core.fingerprint((cai,)))
+    param_types = (numba_type(descriptor),)
+    assert _core.pack(param_types, (array,)) == _core.pack(param_types, (cai,))
+
+
+def test_a_new_array_at_a_freed_arrays_address_is_read():
+    old = FakeCupyArray((128,), "float32")
+    _core.fingerprint((old,))
+    address = id(old)
+    del old
+    # CPython reuses a freed object's memory for the next object of its size.
+    candidates = [FakeCupyArray((2, 2), "float64") for _ in range(64)]
+    reused = [a for a in candidates if id(a) == address]
+    if not reused:
+        pytest.skip("the allocator did not reuse the address")
+    (array,) = reused
+    array.ptr = PTR + 4096
+    cai = FakeCAI((2, 2), "<f8", ptr=PTR + 4096)
+    assert _core.fingerprint((array,)) == _core.fingerprint((cai,))
+    (descriptor,) = _core.describe(_core.fingerprint((cai,)))
+    param_types = (numba_type(descriptor),)
+    assert _core.pack(param_types, (array,)) == _core.pack(param_types, (cai,))

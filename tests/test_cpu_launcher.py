@@ -56,6 +56,79 @@ def test_one_callback_list_per_configuration_as_numba_cuda_caches_configurations
     )
 
 
+def test_the_same_configuration_is_the_same_launcher_as_numba_cuda_caches_it():
+    @fastlaunch.jit
+    def fresh(a):
+        pass
+
+    numba_kernel = cuda.jit(fresh.py_func)
+    for config in [(1, 1), (4, 32, 0), (4, 32, None, 0), ((2, 2), (8, 4), 0, 128)]:
+        assert fresh[config] is fresh[config]
+        assert numba_kernel[config] is numba_kernel[config]
+    assert fresh[1, 1] is not fresh[1, 1, 0]  # its `stream` is 0, not None
+    assert fresh[1, 1, None, 16].sharedmem == 16
+    assert fresh[1, 1, None, 16] is not fresh[1, 1]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        (0, 1),
+        (1, -1),
+        (2**32, 1),
+        (1.0, 1),
+        (1, (1, 2, 3, 4)),
+        (1, 1, -1),
+        (1, 1, 0, -4),
+    ],
+)
+def test_configurations_that_are_not_cached_still_raise(config):
+    with pytest.raises((TypeError, ValueError)):
+        kernel[config]
+
+
+def test_a_stream_object_is_one_configuration_while_it_lives():
+    class Stream:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __cuda_stream__(self):
+            return (0, self.handle)
+
+    @fastlaunch.jit
+    def fresh(a):
+        pass
+
+    first, second = Stream(7), Stream(9)
+    assert fresh[1, 1, first] is fresh[1, 1, first]
+    assert fresh[1, 1, first].stream_handle == 7
+    assert fresh[1, 1, second].stream_handle == 9
+    assert fresh[1, 1, first].stream is first
+
+
+def test_cached_configurations_are_bounded_and_collected_with_their_kernel():
+    import gc
+    import weakref
+
+    @fastlaunch.jit
+    def fresh(a):
+        pass
+
+    for blocks in range(1, 40):
+        fresh[blocks, 32]
+    assert 0 < fresh._configuration_count <= 16
+    launcher = fresh[1000, 32]
+    fresh._clear_configurations()
+    assert fresh._configuration_count == 0
+    assert launcher.griddim == (1000, 1, 1)  # a launcher held stays valid
+    del launcher
+    alive = weakref.ref(fresh)
+    fresh[1, 1]
+    del fresh
+    gc.collect()
+    assert alive() is None  # kernel -> its configurations -> launcher -> kernel
+
+
 def test_a_configured_launch_pickles_with_its_configuration():
     launcher = kernel.configure((5, 2), 8, 0, 16, cluster=(1, 2))
     copy = pickle.loads(pickle.dumps(launcher))
@@ -129,7 +202,7 @@ def test_callbacks_run_before_each_launch_with_the_overload_and_configuration(
     lines = run_on_stand_in(CALLBACKS_ON_STAND_IN)
     assert lines[0] == "without 0 0"
     assert lines[1] == (
-        "with [('first', ('overload', (float32, int64)), False), ('second', (2, 1, 1))]"
+        "with [('first', ('overload', (float32, int64)), True), ('second', (2, 1, 1))]"
     )
     # a callback that raises stops the launch, and the callbacks after it
     assert lines[2] == "raised refused by a callback 2"

@@ -10,8 +10,8 @@ use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::errors::Result;
 use crate::configurations::ConfigKey;
+use crate::errors::Result;
 use crate::launcher::Launcher;
 use crate::numba_types::plan_of_types;
 use crate::overloads::Kernel;

@@ -2,11 +2,14 @@
 //! call) and generic `__dlpack__` producers (a capsule). The tensor structs are read in
 //! `crate::dlpack`, which states their invariants.
 
+use std::cell::RefCell;
+
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
 
 use super::arrays::push_array;
+use super::known::KnownObjects;
 use super::{type_name, Position, Scratch, ValueAt};
 use crate::dlpack::{self as ffi_dlpack, DLTensor, ExchangeApi};
 use crate::errors::Result;
@@ -41,10 +44,23 @@ pub(super) fn read_exchange(
     push_dltensor(arg, &tensor, at, scratch)
 }
 
+thread_local! {
+    /// Views found free of the negative bit, with the memory they had then (see below).
+    static SIGN_CHECKED_VIEWS: RefCell<KnownObjects<u64>> =
+        const { RefCell::new(KnownObjects::new()) };
+}
+
 /// Refuses a torch tensor whose conjugate or negative bit is set: its memory holds the
 /// values before that lazy conjugation or negation, which a kernel would read silently
 /// (torch's own `__dlpack__` refuses such tensors too). Only complex tensors can carry the
 /// conjugate bit; the negative bit can be on any (`x.conj().imag`).
+///
+/// A real tensor gets the negative bit only as a view (`c.conj().imag`, `_neg_view()`):
+/// `_base` (a C getter, no call) rules out the common case cheaply; a view needs `is_neg()`,
+/// a torch method call (~0.35 µs on the H200). A view's bit is fixed when it is made, so a
+/// view found clear is remembered (`known.rs`) with its memory address: only `.data = ...`
+/// can give an existing tensor another view's bits, and that changes its memory (but for a
+/// negated view of the very same memory, which is not noticed).
 fn refuse_lazy_sign_view(
     arg: &Bound<'_, PyAny>,
     tensor: &DLTensor,
@@ -54,24 +70,36 @@ fn refuse_lazy_sign_view(
     let is_set = |method: &Bound<'_, PyString>| -> Result<bool> {
         Ok(arg.call_method0(method)?.is(PyBool::new(py, true)))
     };
-    if tensor.dtype.code == ffi_dlpack::KDL_COMPLEX && is_set(intern!(py, "is_conj"))? {
+    let complex = tensor.dtype.code == ffi_dlpack::KDL_COMPLEX;
+    if complex && is_set(intern!(py, "is_conj"))? {
         return Err(at.error(
             "tensor has its conjugate bit set (a lazy .conj() view, whose memory holds the \
              unconjugated values); pass t.resolve_conj() instead",
         ));
     }
-    // A real tensor gets the negative bit only as a view (`c.conj().imag`, `_neg_view()`):
-    // `_base` (a C getter, no call) rules out the common case cheaply; `is_neg()` costs a
-    // torch method call (~0.35 µs on the H200) per tensor.
-    let complex = tensor.dtype.code == ffi_dlpack::KDL_COMPLEX;
-    if !complex && arg.getattr(intern!(py, "_base"))?.is_none() {
-        return Ok(());
+    let data = (tensor.data as u64).wrapping_add(tensor.byte_offset);
+    if !complex {
+        let checked = SIGN_CHECKED_VIEWS.with(|known| {
+            known
+                .try_borrow()
+                .is_ok_and(|known| known.find(arg) == Some(&data))
+        });
+        if checked || arg.getattr(intern!(py, "_base"))?.is_none() {
+            return Ok(());
+        }
     }
     if is_set(intern!(py, "is_neg"))? {
         return Err(at.error(
             "tensor has its negative bit set (a lazy negated view, whose memory holds the \
              values before negation); pass t.resolve_neg() instead",
         ));
+    }
+    if !complex {
+        SIGN_CHECKED_VIEWS.with(|known| {
+            if let Ok(mut known) = known.try_borrow_mut() {
+                known.remember(arg, data);
+            }
+        });
     }
     Ok(())
 }

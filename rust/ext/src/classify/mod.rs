@@ -28,6 +28,7 @@ mod cuda_core;
 mod cupy;
 mod dlpack;
 pub(crate) mod fingerprint;
+mod known;
 mod numba;
 mod records;
 mod scalars;

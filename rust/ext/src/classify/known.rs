@@ -1,0 +1,138 @@
+//! Objects read before on this thread, by address: what a source learnt from an argument, to
+//! reuse when the same object comes back. A weak reference proves that the address still
+//! holds that object (a dead object's reference is dead, so a new object at a reused address
+//! misses) without keeping it, or its device memory, alive. Each source decides what it may
+//! keep and what it must check again on every launch (`numba.rs`, `cupy.rs`, `dlpack.rs`).
+//!
+//! [`KnownArray`] is what array sources keep: the fingerprint bytes, value and dims pushed.
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use smallvec::SmallVec;
+
+use super::Scratch;
+use crate::scratch::{ArgValue, ArrayArg};
+
+/// Slots in a table, hashed by address into buckets of `WAYS`.
+const SLOTS: usize = 512;
+const WAYS: usize = 4;
+
+struct Entry<T> {
+    address: usize,
+    weak: Py<PyAny>,
+    value: T,
+}
+
+/// A per-thread table of objects seen before (hold it in a `thread_local!` `RefCell`).
+pub(super) struct KnownObjects<T> {
+    slots: Vec<Option<Entry<T>>>,
+}
+
+/// The first slot of an address's bucket (Fibonacci hashing of the address).
+fn bucket_of(address: usize) -> usize {
+    let hash = ((address >> 4) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (hash >> 55) as usize & (SLOTS - WAYS) // 512 slots, 4-aligned
+}
+
+impl<T> KnownObjects<T> {
+    pub(super) const fn new() -> Self {
+        KnownObjects { slots: Vec::new() }
+    }
+
+    /// What was remembered of `arg`, if `arg` is that same object.
+    #[inline]
+    pub(super) fn find(&self, arg: &Bound<'_, PyAny>) -> Option<&T> {
+        let address = arg.as_ptr() as usize;
+        let bucket = bucket_of(address);
+        let entry = self
+            .slots
+            .get(bucket..bucket + WAYS)?
+            .iter()
+            .flatten()
+            .find(|entry| entry.address == address)?;
+        // SAFETY: `weak` is a live weak reference object; GetObject returns a borrowed
+        // reference to the referent, or None once it has died.
+        let target = unsafe { ffi::PyWeakref_GetObject(entry.weak.as_ptr()) };
+        (target as usize == address).then_some(&entry.value)
+    }
+
+    /// Remembers `value` for `arg`, if its type takes weak references (else nothing).
+    pub(super) fn remember(&mut self, arg: &Bound<'_, PyAny>, value: T) {
+        // SAFETY: `arg` is a valid object; NewRef returns a new reference or null with an
+        // exception set (types without weak reference support), which we clear.
+        let weak = unsafe { ffi::PyWeakref_NewRef(arg.as_ptr(), std::ptr::null_mut()) };
+        if weak.is_null() {
+            // SAFETY: clearing the exception NewRef just set.
+            unsafe { ffi::PyErr_Clear() };
+            return;
+        }
+        // SAFETY: a new, owned reference.
+        let weak = unsafe { Bound::from_owned_ptr(arg.py(), weak) }.unbind();
+        if self.slots.is_empty() {
+            self.slots.resize_with(SLOTS, || None);
+        }
+        let address = arg.as_ptr() as usize;
+        let bucket = bucket_of(address);
+        let ways = &mut self.slots[bucket..bucket + WAYS];
+        // This address's entry, else a free slot, else one by address; the entry replaced is
+        // dropped here, with the GIL held.
+        let slot = ways
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|e| e.address == address))
+            .or_else(|| ways.iter().position(Option::is_none))
+            .unwrap_or((address >> 4) % WAYS);
+        ways[slot] = Some(Entry {
+            address,
+            weak,
+            value,
+        });
+    }
+}
+
+/// An array as a source pushed it: fingerprint bytes, value and dims (shape, then strides).
+pub(super) struct KnownArray {
+    fingerprint: [u8; 4],
+    array: ArrayArg,
+    dims: SmallVec<[i64; 8]>,
+}
+
+impl KnownArray {
+    /// The array the scratch got last (an array's four fingerprint bytes are its last).
+    pub(super) fn last_pushed(scratch: &Scratch) -> Option<KnownArray> {
+        let Some(ArgValue::Array(array)) = scratch.values.last() else {
+            return None;
+        };
+        let start = scratch.fingerprint.len().checked_sub(4)?;
+        let mut fingerprint = [0u8; 4];
+        fingerprint.copy_from_slice(&scratch.fingerprint[start..]);
+        Some(KnownArray {
+            fingerprint,
+            array: *array,
+            dims: scratch
+                .dims
+                .get(array.dims_at..array.dims_at + 2 * array.ndim)?
+                .into(),
+        })
+    }
+
+    /// The array's shape.
+    pub(super) fn shape(&self) -> &[i64] {
+        &self.dims[..self.array.ndim]
+    }
+
+    pub(super) fn ndim(&self) -> usize {
+        self.array.ndim
+    }
+
+    /// Pushes the array again.
+    #[inline]
+    pub(super) fn push(&self, scratch: &mut Scratch) {
+        scratch.fingerprint.extend_from_slice(&self.fingerprint);
+        let dims_at = scratch.dims.len();
+        scratch.dims.extend_from_slice(&self.dims);
+        scratch.values.push(ArgValue::Array(ArrayArg {
+            dims_at,
+            ..self.array
+        }));
+    }
+}
