@@ -161,6 +161,22 @@ def test_installed_kernels_and_report():
     assert "numba.cuda.jit made" in text and text.count("body: ") == 2
 
 
+def test_the_report_counts_a_kernels_specializations():
+    """forall (so vectorize) launches what ``specialize`` made of a kernel: numba-cuda keeps
+    the specialization, which holds its fastlaunch kernel; the report counts it there."""
+    with fastlaunch.install():
+        k = numba.cuda.jit(body)
+
+        class Specialization:  # numba-cuda's specialized dispatcher, as far as the report goes
+            pass
+
+        specialization = Specialization()
+        specialization._fastlaunch_kernel = fastlaunch.jit(body)
+        k.dispatcher.specializations[("float32",)] = specialization
+        text = fastlaunch._installer.report()
+    assert "body: 0 overload(s) launched by fastlaunch (in 1 specialization(s))" in text
+
+
 def test_uninstall_leaves_a_later_replacement_alone(caplog):
     fastlaunch.install()
 

@@ -136,6 +136,22 @@ def test_kernels_numba_cuda_builds_after_install():
         assert k.overload_count >= 1 or specializations, summary
 
 
+def test_the_report_counts_vectorize_launches_on_host_arrays():
+    """vectorize on host arrays launches the kernel's specialization (forall): the report
+    counts it under the kernel numba.cuda.jit made."""
+    with fastlaunch.install():
+
+        @cuda.vectorize(["float32(float32, float32)"], target="cuda")
+        def vmul(x, y):
+            return x * y
+
+        x = np.arange(100, dtype=np.float32)
+        assert np.array_equal(vmul(x, x), x * x)
+        text = fastlaunch._installer.report()
+    lines = [t for t in text.splitlines() if "vmul" in t]
+    assert any("0 overload(s)" not in line for line in lines), text
+
+
 def test_run_an_unedited_numba_cuda_program():
     done = subprocess.run(
         [sys.executable, "-m", "fastlaunch", "run", "--report", str(PROGRAM)],

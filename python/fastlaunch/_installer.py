@@ -208,14 +208,28 @@ def report() -> str:
     state = "installed" if is_installed() else "not installed"
     lines = [f"fastlaunch: {state}; numba.cuda.jit made {_made} fastlaunch kernel(s)"]
     for k in kernels[:50]:
+        # forall (so vectorize) launches the kernels `specialize` makes: count them here
+        family = [k, *_specialized(k)]
+        overloads = sum(member.overload_count for member in family)
+        misses = sum(member.miss_count for member in family)
+        numba_launches = sum(member.numba_launches for member in family)
+        through = f" (in {len(family) - 1} specialization(s))" if len(family) > 1 else ""
         lines.append(
-            f"fastlaunch:   {k.__qualname__}: {k.overload_count} overload(s) launched by "
-            f"fastlaunch, {k.miss_count} miss(es), {k.numba_launches} launch(es) through "
+            f"fastlaunch:   {k.__qualname__}: {overloads} overload(s) launched by "
+            f"fastlaunch{through}, {misses} miss(es), {numba_launches} launch(es) through "
             "numba-cuda's path"
         )
     if len(kernels) > 50:
         lines.append(f"fastlaunch:   ... and {len(kernels) - 50} more")
     return "\n".join(lines)
+
+
+def _specialized(kernel: Any) -> list[Any]:
+    """The fastlaunch kernels made of ``kernel``'s numba-cuda specializations (what
+    ``specialize`` returns, and ``forall`` launches)."""
+    specializations = getattr(kernel.dispatcher, "specializations", None) or {}
+    made = (s.__dict__.get("_fastlaunch_kernel") for s in specializations.values())
+    return [m for m in made if m is not None]
 
 
 def _register_report() -> None:
