@@ -18,6 +18,7 @@ __all__ = [
     "set_default_stream_policy",
     "set_ordering",
     "stream_handle",
+    "step_form",
     "set_release_gil",
     "releases_gil",
     "Kernel",
@@ -283,3 +284,7 @@ def synchronize() -> None: ...
 def memory_info() -> tuple[int, int]: ...
 def loaded_image_count() -> int: ...
 def pointer_device(pointer: int) -> int | None: ...
+def step_form(
+    args: tuple[Any, ...], kwargs: dict[str, Any] | None, device: int
+) -> tuple[bytes, list[Any], list[int], bool]:
+    """A graphed step's form: ``(key, leaves, kinds, fixed)``; see ``fastlaunch.graphed``."""
