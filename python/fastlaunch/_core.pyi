@@ -19,6 +19,9 @@ __all__ = [
     "set_ordering",
     "stream_handle",
     "step_form",
+    "follow_capture",
+    "end_followed_capture",
+    "followed_capture",
     "set_release_gil",
     "releases_gil",
     "Kernel",
@@ -288,3 +291,7 @@ def step_form(
     args: tuple[Any, ...], kwargs: dict[str, Any] | None, device: int
 ) -> tuple[bytes, list[Any], list[int], bool]:
     """A graphed step's form: ``(key, leaves, kinds, fixed)``; see ``fastlaunch.graphed``."""
+
+def follow_capture(stream: int) -> None: ...
+def end_followed_capture() -> bool: ...
+def followed_capture() -> int | None: ...

@@ -160,6 +160,7 @@ class _Entry:
         "repoint",
         "result",
         "statics",
+        "torch_graph",
     )
 
     def __init__(self, graph: Graph) -> None:
@@ -175,6 +176,7 @@ class _Entry:
         self.foreign = False  # torch or CuPy arrays among the leaves: order after their streams
         self.handle: int | None = None  # the replay stream, when the form fixes it
         self.fill: Callable[[list[Any]], Any] = lambda leaves: None  # the return value
+        self.torch_graph: Any = None  # captured by torch (a step with torch operations)
 
 
 def _template(value: Any, index: dict[int, int]) -> Any:
@@ -241,6 +243,48 @@ def _from_host(x: Any, host: Any) -> None:
     cuda.as_cuda_array(x).copy_to_device(host)
 
 
+# -- steps with torch operations: captured by torch -----------------------------------------
+
+
+class _TorchCapture:
+    """A step captured the way torch captures (``torch.cuda.graph``): on a side stream made
+    torch's current one, torch's caching allocator in the graph's own memory pool, so torch
+    operations, their temporaries and fastlaunch launches (given no stream: they follow
+    torch's capture) land in one graph. Replayed on torch's current stream. fastlaunch
+    cannot re-point its launches inside it: such a graph is pinned to its arrays."""
+
+    launches: list[Any] = []
+    node_count = 1  # more nodes than launches fastlaunch can re-point: pinned
+
+    def __init__(self, torch: Any, mode: str) -> None:
+        self.torch = torch
+        self.graph = torch.cuda.CUDAGraph()
+        self.mode = mode
+
+    def capture(self, run: Callable[[], Any]) -> Any:
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.graph(self.graph, stream=side, capture_error_mode=self.mode):
+            result = run()
+        torch.cuda.current_stream().wait_stream(side)
+        return result
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+def _torch_of(leaves: list[Any], kinds: list[int]) -> Any:
+    """torch, when a leaf is a CUDA tensor (the step is then captured by torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for leaf, kind in zip(leaves, kinds, strict=True):
+        if kind == _ARRAY and isinstance(leaf, torch.Tensor) and leaf.is_cuda:
+            return torch
+    return None
+
+
 # -- the step -------------------------------------------------------------------------------
 
 
@@ -290,7 +334,7 @@ class GraphedStep:
         self._recent: list[Any] = [None, None]
         self._generation = 0  # changes whenever graphs are added or dropped
         self._mru: Any = None  # the key last moved to the end of the LRU
-        self._last_stream = 0
+        self._last_stream: int | None = 0
 
     # -- the public surface ----------------------------------------------------------------
 
@@ -405,7 +449,10 @@ class GraphedStep:
         """Waits for the stream this step last replayed on; an error from it (a fault in a
         replayed kernel) names the step."""
         try:
-            external_stream(self._last_stream).synchronize()
+            if self._last_stream is None:  # a graph torch captured, replayed on its stream
+                sys.modules["torch"].cuda.current_stream().synchronize()
+            else:
+                external_stream(self._last_stream).synchronize()
         except Exception as e:
             e.add_note(f"after replaying the CUDA graph of graphed step {self.__qualname__}")
             raise
@@ -478,6 +525,15 @@ class GraphedStep:
             external_stream(handle).wait_event(done)
 
     def _replay(self, entry: _Entry, leaves: list[Any], kinds: list[int]) -> Any:
+        if entry.torch_graph is not None:  # pinned to its arrays: nothing to re-point
+            self._last_stream = None  # torch's current stream
+            try:
+                entry.torch_graph.replay()
+            except Exception as e:
+                e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
+                raise
+            self.counters["replays"] += 1
+            return entry.fill(leaves)
         bound = entry.bound
         dirty: set[int] | None = None
         for k in entry.repoint:
@@ -573,6 +629,9 @@ class GraphedStep:
         leaves: list[Any],
         kinds: list[int],
     ) -> _Entry | None:
+        torch = None if self._stream_leaf(leaves, kinds) is not None else _torch_of(leaves, kinds)
+        if torch is not None:
+            return self._capture_with_torch(torch, form, key, args, kwargs, leaves, kinds)
         graph = Graph(self._capture_stream(leaves, kinds), self.mode)
         try:
             graph.__enter__()
@@ -593,6 +652,39 @@ class GraphedStep:
             return None
         finally:
             _tls.capturing = False
+        return self._keep(graph, result, form, key, leaves, kinds)
+
+    def _capture_with_torch(
+        self,
+        torch: Any,
+        form: Any,
+        key: Any,
+        args: tuple,
+        kwargs: dict,
+        leaves: list[Any],
+        kinds: list[int],
+    ) -> _Entry | None:
+        """A step with torch tensors among its arguments, captured by torch (see
+        ``_TorchCapture``)."""
+        if _core.followed_capture() is not None or torch.cuda.is_current_stream_capturing():
+            return None  # inside another capture: eager, so that capture takes the step
+        graph = _TorchCapture(torch, self.mode)
+        _tls.capturing = True
+        try:
+            result = graph.capture(lambda: self._run(args, kwargs))
+        except Exception as e:
+            self._give_up(e)
+            return None
+        finally:
+            _tls.capturing = False
+        entry = self._keep(graph, result, form, key, leaves, kinds)  # type: ignore[arg-type]
+        entry.torch_graph = graph
+        return entry
+
+    def _keep(
+        self, graph: Graph, result: Any, form: Any, key: Any, leaves: list[Any], kinds: list[int]
+    ) -> _Entry:
+        """Caches a captured graph under its form (and pins, if any)."""
         self.counters["captures"] += 1
         entry = self._analyse(graph, result, leaves, kinds)
         if entry.pinned:

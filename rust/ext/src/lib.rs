@@ -7,6 +7,7 @@ mod code;
 mod devices;
 mod dlpack;
 mod errors;
+mod followed_capture;
 mod graphs;
 mod inspect;
 mod kernel;
@@ -42,6 +43,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(streams::default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(streams::stream_handle, m)?)?;
     m.add_function(wrap_pyfunction!(step_form::step_form, m)?)?;
+    m.add_function(wrap_pyfunction!(followed_capture::follow_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(followed_capture::end_followed_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(followed_capture::followed_capture, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::classify, m)?)?;
     m.add_function(wrap_pyfunction!(code::set_release_gil, m)?)?;
     m.add_function(wrap_pyfunction!(code::releases_gil, m)?)?;
