@@ -39,7 +39,7 @@ def step(out, x, y):
 
 def main() -> int:
     if not fl.is_available():
-        return skip("no CUDA GPU (python -m fastlaunch info says why)")
+        return skip("no CUDA GPU here (`python -m fastlaunch info` says why)")
     try:
         import torch
     except ImportError:
