@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 from numba import cuda
 
 import fastlaunch as fl
@@ -78,7 +79,12 @@ def main() -> int:
     for _ in range(5):
         got = compiled(x, y).clone()
         assert torch.equal(got, functional(x, y))
-    print("torch programs: graphed, torch.cuda.graph and torch.compile agree with eager")
+    host_x, host_y = x.cpu().numpy(), e_y.cpu().numpy()  # one more step, against NumPy
+    step(out, x, e_y)
+    expected = ((0.5 * host_x + host_y) * np.float32(0.999)).astype(np.float32)
+    np.testing.assert_allclose(e_y.cpu().numpy(), expected, rtol=1e-6)
+    print("torch programs: graphed, torch.cuda.graph and torch.compile agree with eager;")
+    print("the step matches NumPy")
     return 0
 
 

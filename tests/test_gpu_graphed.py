@@ -176,7 +176,8 @@ def test_torch_tensors():
     torch.cuda.synchronize()
     fl.synchronize()
     assert torch.equal(u, e_u)
-    assert step.counters["replays"] == 19
+    # captured by torch, so pinned to its tensors: each pairing's first call is eager
+    assert step.counters["replays"] == 18
 
 
 def test_a_host_copy_in_the_step_makes_it_eager_with_one_warning():
