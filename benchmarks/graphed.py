@@ -250,6 +250,16 @@ def bench(args: argparse.Namespace) -> dict:
     loop_results["hand-captured, 1000 steps/graph"] = guarded(
         lambda: hand_heat(loop, loop, loop_trials)
     )
+    # -- (d) and (e): a kernel and a framework operation per step (graphed_frameworks.py)
+    for case, rows in (("torch", "torch_rows"), ("cupy", "cupy_rows")):
+        try:
+            import graphed_frameworks
+
+            results[case] = getattr(graphed_frameworks, rows)(timed, guarded, steps, trials)
+        except ImportError as error:
+            results[case] = {
+                "not measured": {"wall_us": math.nan, "host_us": math.nan, "error": str(error)}
+            }
     return results
 
 
@@ -290,8 +300,12 @@ def write(results: dict, out: Path, environment: dict) -> None:
         "heat": "(a) 2-kernel heat step, 128x128 float32, ping-pong",
         "eight": "(b) 8-kernel step, 4096 float32 (host µs per kernel = host / 8)",
         "loop": "(c) 1000 heat steps (per step)",
+        "torch": "(d) torch step: axpy kernel, then y.copy_(out * 0.999), 65536 float32",
+        "cupy": "(e) CuPy step: axpy kernel, then y = out * 0.999, 65536 float32",
     }
     for case, title in titles.items():
+        if case not in results:
+            continue
         md += [f"## {title}", "", "| path | wall µs/step | host µs/step |", "|---|--:|--:|"]
         for name, m in results[case].items():
             note = f" ({m['error']})" if "error" in m else ""
@@ -308,8 +322,9 @@ def write(results: dict, out: Path, environment: dict) -> None:
     except Exception as error:
         print(f"graphed.py: no chart ({error})")
         return
-    fig, axes = plt.subplots(1, 3, figsize=(16, 5))
-    for ax, (case, title) in zip(axes, titles.items(), strict=True):
+    cases = {case: title for case, title in titles.items() if case in results}
+    fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases), 5))
+    for ax, (case, title) in zip(axes, cases.items(), strict=True):
         names = list(results[case])
         walls = [results[case][n]["wall_us"] for n in names]
         hosts = [results[case][n]["host_us"] for n in names]

@@ -24,7 +24,6 @@ graph yet runs eagerly. Data on the GPU may of course differ from call to call.
 
 from __future__ import annotations
 
-import enum
 import functools
 import operator
 import sys
@@ -60,145 +59,16 @@ _tls = threading.local()
 
 # -- forms: the guard key ------------------------------------------------------------------
 
-# Argument kinds. Arrays and streams are leaves: the graph is re-pointed at new ones.
-# Objects are leaves too, but keyed by identity (the step may read anything from them).
-_SCALAR, _VALUE, _SEQ, _ARRAY, _STREAM, _OBJECT = range(6)
-
-
-def _float_bits(x: float) -> str:
-    return x.hex()  # exact, and tells -0.0 from 0.0 and NaN from itself
-
-
-def _complex_bits(x: complex) -> tuple[str, str]:
-    return (x.real.hex(), x.imag.hex())
-
-
-def _identity(x: Any) -> Any:
-    return x
-
-
-def _torch_form(x: Any) -> tuple:
-    return (x.dtype, x.shape, x.stride(), x.device)
-
-
-def _cupy_form(x: Any) -> tuple:
-    return (x.dtype, x.shape, x.strides, x.device.id)
-
-
-def _numba_form(x: Any) -> tuple:
-    return (x.dtype, x.shape, x.strides)
-
-
-def _cai_form(x: Any) -> tuple:
-    cai = x.__cuda_array_interface__
-    strides = cai.get("strides")
-    return (cai["typestr"], tuple(cai["shape"]), strides and tuple(strides), cai["data"][1])
-
-
-def _attribute_form(x: Any) -> tuple:
-    return (
-        str(getattr(x, "dtype", None)),
-        tuple(getattr(x, "shape", ()) or ()),
-        getattr(x, "strides", None),
-        getattr(x, "size", None),
-        getattr(x, "device_id", None),
-        getattr(x, "readonly", None),
-    )
-
-
-def _stream_form(x: Any) -> Any:
-    return _stream_handle(x)
+# Kinds of leaves, as ``_core.step_form`` numbers them. Arrays and streams are leaves: the
+# graph is re-pointed at new ones. Objects are leaves too, but keyed by identity (the step
+# may read anything from them).
+_ARRAY, _STREAM, _OBJECT = 3, 4, 5
 
 
 def _stream_handle(x: Any) -> int:
     if isinstance(x, int):
         return x
     return int(x.__cuda_stream__()[1])
-
-
-def _is_numpy_scalar(t: type) -> bool:
-    numpy = sys.modules.get("numpy")
-    return numpy is not None and issubclass(t, numpy.generic)
-
-
-def _classify_type(t: type) -> tuple[int, Callable[[Any], Any]]:
-    """How arguments of type ``t`` enter the guard key."""
-    if t is bool or t is int:
-        return _SCALAR, _identity
-    if t is float:
-        return _SCALAR, _float_bits
-    if t is complex:
-        return _SCALAR, _complex_bits
-    if issubclass(t, (tuple, list)):
-        return _SEQ, _identity
-    if t is type(None) or issubclass(t, (str, bytes, enum.Enum)):
-        return _VALUE, _identity
-    if issubclass(t, (int, float)) and not _is_numpy_scalar(t):
-        return _SCALAR, _identity
-    if _is_numpy_scalar(t):
-        return _SCALAR, lambda x: (x.dtype, x.tobytes())
-    module = t.__module__ or ""
-    torch = sys.modules.get("torch")
-    if torch is not None and issubclass(t, torch.Tensor):
-        return _ARRAY, _torch_form
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and issubclass(t, cupy.ndarray):
-        return _ARRAY, _cupy_form
-    devicearray = sys.modules.get("numba.cuda.cudadrv.devicearray")
-    if devicearray is not None and issubclass(t, devicearray.DeviceNDArray):
-        return _ARRAY, _numba_form
-    if hasattr(t, "__cuda_stream__") or issubclass(t, _core.Stream):
-        return _STREAM, _stream_form
-    if hasattr(t, "__cuda_array_interface__"):
-        return _ARRAY, _cai_form
-    if hasattr(t, "__dlpack__") or module.startswith("cuda.core"):
-        return _ARRAY, _attribute_form
-    return _OBJECT, id
-
-
-_kinds: dict[type, tuple[int, Callable[[Any], Any]]] = {}
-
-
-def _kind(t: type) -> tuple[int, Callable[[Any], Any]]:
-    known = _kinds.get(t)
-    if known is None:
-        known = _kinds[t] = _classify_type(t)
-    return known
-
-
-def _part(x: Any, leaves: list[Any], kinds: list[int], seen: dict[int, int]) -> Any:
-    """One argument's part of the key; leaves are collected (each object once)."""
-    t = type(x)
-    kind, describe = _kinds.get(t) or _kind(t)
-    if kind < _SEQ:
-        return (t, describe(x))
-    if kind == _SEQ:
-        return (t, tuple([_part(v, leaves, kinds, seen) for v in x]))
-    i = seen.get(id(x))
-    if i is not None:
-        return i  # aliasing is part of the form
-    if kind == _OBJECT and hasattr(x, "__cuda_array_interface__"):
-        kind, describe = _ARRAY, _cai_form  # an interface set on the instance
-    seen[id(x)] = len(leaves)
-    leaves.append(x)
-    kinds.append(kind)
-    return (t, describe(x))
-
-
-_stable_types: dict[type, bool] = {}
-
-
-def _stable(t: type) -> bool:
-    """Whether an argument of type ``t`` keeps its form for as long as it lives: numba
-    device arrays (fastlaunch relies on this too), immutable scalars and values, streams."""
-    known = _stable_types.get(t)
-    if known is None:
-        kind, describe = _kind(t)
-        known = (
-            kind in (_SCALAR, _VALUE, _STREAM) and t not in (list, tuple)
-        ) or describe is _numba_form
-        _stable_types[t] = known
-    return known
 
 
 def _device() -> int:
@@ -209,34 +79,14 @@ def _device() -> int:
     return 0 if device is None else device  # launches with no current context use device 0
 
 
-def _form(args: tuple, kwargs: dict) -> tuple[tuple, list[Any], list[int]]:
+def _form(args: tuple, kwargs: dict) -> tuple[bytes, list[Any], list[int]]:
     """The guard key of a call, its leaves (arrays, streams, objects; each object once, in
     order of first appearance) and their kinds. A leaf seen again is keyed by its index,
-    so aliasing is part of the key."""
-    leaves: list[Any] = []
-    kinds: list[int] = []
-    seen: dict[int, int] = {}
-    key: list[Any] = [_device()]
-    for x in args:  # _part, inlined for the top level
-        t = type(x)
-        kind, describe = _kinds.get(t) or _kind(t)
-        if kind < _SEQ:
-            key.append((t, describe(x)))
-            continue
-        if kind == _SEQ or kind == _OBJECT:
-            key.append(_part(x, leaves, kinds, seen))
-            continue
-        i = seen.get(id(x))
-        if i is not None:
-            key.append(i)
-            continue
-        seen[id(x)] = len(leaves)
-        leaves.append(x)
-        kinds.append(kind)
-        key.append((t, describe(x)))
-    if kwargs:
-        key.append(tuple((n, _part(v, leaves, kinds, seen)) for n, v in sorted(kwargs.items())))
-    return tuple(key), leaves, kinds
+    so aliasing is part of the key. Computed in Rust (``_core.step_form``), where arrays
+    are read by the launch's own classifier: a step's form and its launches agree on
+    which protocol each array is read through."""
+    key, leaves, kinds, _fixed = _core.step_form(args, kwargs, _device())
+    return key, leaves, kinds
 
 
 # -- memory extents: which arrays a step derived from its arguments -------------------------
@@ -310,6 +160,7 @@ class _Entry:
         "repoint",
         "result",
         "statics",
+        "torch_graph",
     )
 
     def __init__(self, graph: Graph) -> None:
@@ -325,6 +176,7 @@ class _Entry:
         self.foreign = False  # torch or CuPy arrays among the leaves: order after their streams
         self.handle: int | None = None  # the replay stream, when the form fixes it
         self.fill: Callable[[list[Any]], Any] = lambda leaves: None  # the return value
+        self.torch_graph: Any = None  # captured by torch (a step with torch operations)
 
 
 def _template(value: Any, index: dict[int, int]) -> Any:
@@ -391,6 +243,48 @@ def _from_host(x: Any, host: Any) -> None:
     cuda.as_cuda_array(x).copy_to_device(host)
 
 
+# -- steps with torch operations: captured by torch -----------------------------------------
+
+
+class _TorchCapture:
+    """A step captured the way torch captures (``torch.cuda.graph``): on a side stream made
+    torch's current one, torch's caching allocator in the graph's own memory pool, so torch
+    operations, their temporaries and fastlaunch launches (given no stream: they follow
+    torch's capture) land in one graph. Replayed on torch's current stream. fastlaunch
+    cannot re-point its launches inside it: such a graph is pinned to its arrays."""
+
+    launches: list[Any] = []
+    node_count = 1  # more nodes than launches fastlaunch can re-point: pinned
+
+    def __init__(self, torch: Any, mode: str) -> None:
+        self.torch = torch
+        self.graph = torch.cuda.CUDAGraph()
+        self.mode = mode
+
+    def capture(self, run: Callable[[], Any]) -> Any:
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.graph(self.graph, stream=side, capture_error_mode=self.mode):
+            result = run()
+        torch.cuda.current_stream().wait_stream(side)
+        return result
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+def _torch_of(leaves: list[Any], kinds: list[int]) -> Any:
+    """torch, when a leaf is a CUDA tensor (the step is then captured by torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for leaf, kind in zip(leaves, kinds, strict=True):
+        if kind == _ARRAY and isinstance(leaf, torch.Tensor) and leaf.is_cuda:
+            return torch
+    return None
+
+
 # -- the step -------------------------------------------------------------------------------
 
 
@@ -440,7 +334,7 @@ class GraphedStep:
         self._recent: list[Any] = [None, None]
         self._generation = 0  # changes whenever graphs are added or dropped
         self._mru: Any = None  # the key last moved to the end of the LRU
-        self._last_stream = 0
+        self._last_stream: int | None = 0
 
     # -- the public surface ----------------------------------------------------------------
 
@@ -482,8 +376,8 @@ class GraphedStep:
                     self._mru = key
                 return self._with(entries, form, key, args, kwargs, leaves, kinds)
         else:
-            form, leaves, kinds = _form(args, kwargs)
-            if not kwargs and all(_stable(type(a)) for a in args):
+            form, leaves, kinds, fixed = _core.step_form(args, kwargs, device)
+            if fixed:
                 slot = [args, device, form, leaves, kinds, None, -1, None]
                 self._recent = [slot, self._recent[0]]
         key = form
@@ -555,7 +449,10 @@ class GraphedStep:
         """Waits for the stream this step last replayed on; an error from it (a fault in a
         replayed kernel) names the step."""
         try:
-            external_stream(self._last_stream).synchronize()
+            if self._last_stream is None:  # a graph torch captured, replayed on its stream
+                sys.modules["torch"].cuda.current_stream().synchronize()
+            else:
+                external_stream(self._last_stream).synchronize()
         except Exception as e:
             e.add_note(f"after replaying the CUDA graph of graphed step {self.__qualname__}")
             raise
@@ -628,6 +525,15 @@ class GraphedStep:
             external_stream(handle).wait_event(done)
 
     def _replay(self, entry: _Entry, leaves: list[Any], kinds: list[int]) -> Any:
+        if entry.torch_graph is not None:  # pinned to its arrays: nothing to re-point
+            self._last_stream = None  # torch's current stream
+            try:
+                entry.torch_graph.replay()
+            except Exception as e:
+                e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
+                raise
+            self.counters["replays"] += 1
+            return entry.fill(leaves)
         bound = entry.bound
         dirty: set[int] | None = None
         for k in entry.repoint:
@@ -723,6 +629,9 @@ class GraphedStep:
         leaves: list[Any],
         kinds: list[int],
     ) -> _Entry | None:
+        torch = None if self._stream_leaf(leaves, kinds) is not None else _torch_of(leaves, kinds)
+        if torch is not None:
+            return self._capture_with_torch(torch, form, key, args, kwargs, leaves, kinds)
         graph = Graph(self._capture_stream(leaves, kinds), self.mode)
         try:
             graph.__enter__()
@@ -743,6 +652,39 @@ class GraphedStep:
             return None
         finally:
             _tls.capturing = False
+        return self._keep(graph, result, form, key, leaves, kinds)
+
+    def _capture_with_torch(
+        self,
+        torch: Any,
+        form: Any,
+        key: Any,
+        args: tuple,
+        kwargs: dict,
+        leaves: list[Any],
+        kinds: list[int],
+    ) -> _Entry | None:
+        """A step with torch tensors among its arguments, captured by torch (see
+        ``_TorchCapture``)."""
+        if _core.followed_capture() is not None or torch.cuda.is_current_stream_capturing():
+            return None  # inside another capture: eager, so that capture takes the step
+        graph = _TorchCapture(torch, self.mode)
+        _tls.capturing = True
+        try:
+            result = graph.capture(lambda: self._run(args, kwargs))
+        except Exception as e:
+            self._give_up(e)
+            return None
+        finally:
+            _tls.capturing = False
+        entry = self._keep(graph, result, form, key, leaves, kinds)  # type: ignore[arg-type]
+        entry.torch_graph = graph
+        return entry
+
+    def _keep(
+        self, graph: Graph, result: Any, form: Any, key: Any, leaves: list[Any], kinds: list[int]
+    ) -> _Entry:
+        """Caches a captured graph under its form (and pins, if any)."""
         self.counters["captures"] += 1
         entry = self._analyse(graph, result, leaves, kinds)
         if entry.pinned:

@@ -46,6 +46,13 @@ pub(crate) fn capture_stream() -> Option<usize> {
     (stream != 0).then_some(stream)
 }
 
+/// Where launches given no stream go: this thread's `fastlaunch.graph()` capture stream, or
+/// else the stream of a capture this thread follows (`followed_capture.rs`).
+#[inline]
+pub(crate) fn no_stream_target() -> Option<usize> {
+    capture_stream().or_else(crate::followed_capture::followed_capture_stream)
+}
+
 /// Whether a launch on `stream` is captured by this thread's `fastlaunch.graph`.
 #[inline]
 pub(crate) fn is_capturing(stream: usize) -> bool {

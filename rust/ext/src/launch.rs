@@ -60,9 +60,10 @@ pub(crate) fn launch(
     let kernel = kernel_object.get();
     let names = kernel.names();
     check_argument_count(names, args.len())?;
-    // Inside `with fastlaunch.graph():`, launches given no stream go to the capture stream.
+    // Inside `with fastlaunch.graph():` (or a followed torch / CuPy capture), launches given
+    // no stream go to the capture stream.
     let redirected;
-    let dims = match graphs::capture_stream() {
+    let dims = match graphs::no_stream_target() {
         Some(capture) if config.dims.stream == 0 => {
             redirected = LaunchDims {
                 stream: capture,

@@ -8,6 +8,7 @@ mod configurations;
 mod devices;
 mod dlpack;
 mod errors;
+mod followed_capture;
 mod graphs;
 mod inspect;
 mod kernel;
@@ -21,6 +22,7 @@ mod plan;
 mod scalar;
 mod scratch;
 mod staging;
+mod step_form;
 mod streams;
 
 use pyo3::prelude::*;
@@ -41,6 +43,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(streams::set_default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(streams::default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(streams::stream_handle, m)?)?;
+    m.add_function(wrap_pyfunction!(step_form::step_form, m)?)?;
+    m.add_function(wrap_pyfunction!(followed_capture::follow_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(followed_capture::end_followed_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(followed_capture::followed_capture, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::classify, m)?)?;
     m.add_function(wrap_pyfunction!(code::set_release_gil, m)?)?;
     m.add_function(wrap_pyfunction!(code::releases_gil, m)?)?;

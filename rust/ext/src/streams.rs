@@ -148,7 +148,7 @@ impl Stream {
     }
 
     #[getter]
-    fn handle(&self) -> usize {
+    pub(crate) fn handle(&self) -> usize {
         self.inner.handle()
     }
 

@@ -202,6 +202,42 @@ fn cached_strategy(type_ptr: usize) -> Option<Strategy> {
     found
 }
 
+/// Which source the launch reads an argument's type from, as far as a graphed step's form
+/// needs to know (`step_form.rs`): the one order of [`resolve_strategy`], cached per type.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Source {
+    /// A numba-cuda device array: its form cannot change while it lives.
+    NumbaArray,
+    /// Any other device array (torch, CuPy, cuda.core, the CUDA Array Interface, DLPack).
+    Array,
+    /// A NumPy scalar of a dtype fastlaunch packs.
+    NumpyScalar,
+    /// Anything else the launch takes: scalars of other types, tuples, enum members,
+    /// records, and what only numba-cuda's launch passes (host arrays among them).
+    Other,
+}
+
+/// The [`Source`] of `arg`'s type; `None` when a launch would refuse the type.
+pub(crate) fn source_of(arg: &Bound<'_, PyAny>) -> Option<Source> {
+    // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+    let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
+    let strategy = match cached_strategy(type_ptr) {
+        Some(strategy) => strategy,
+        None => resolve_and_cache(arg, Position { index: 0, name: "" }).ok()?,
+    };
+    Some(match strategy {
+        Strategy::NumbaDeviceArray => Source::NumbaArray,
+        Strategy::CoreBuffer
+        | Strategy::CoreStridedView
+        | Strategy::CupyArray
+        | Strategy::Exchange(_)
+        | Strategy::CudaArrayInterface
+        | Strategy::DLPack => Source::Array,
+        Strategy::NumpyScalar(_) => Source::NumpyScalar,
+        _ => Source::Other,
+    })
+}
+
 /// Resolves the strategy for a type seen for the first time on this thread, and caches it.
 #[cold]
 #[inline(never)]

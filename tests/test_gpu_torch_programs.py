@@ -1,0 +1,186 @@
+"""fastlaunch kernels in torch (and CuPy) programs, on the GPU, compared bit for bit with
+eager: ``fastlaunch.graphed`` steps with torch operations (captured by torch),
+launches inside ``torch.cuda.graph`` and ``make_graphed_callables`` (they follow torch's
+capture), CuPy's ``begin_capture``, and ``torch.compile`` through ``fastlaunch.torch_op``
+(default, ``reduce-overhead``, ``fullgraph``)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from numba import cuda
+
+import fastlaunch as fl
+
+pytestmark = pytest.mark.gpu
+
+N = 1 << 16
+BLOCKS = N // 256
+
+
+@fl.jit
+def axpy(out, a, x, y):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + y[i]
+
+
+def eager_step(torch, out, x, y):
+    axpy[BLOCKS, 256](out, 0.5, x, y)
+    y.copy_(out * 0.999)
+
+
+def inputs(torch):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand(N, device="cuda", generator=g)
+    y = torch.rand(N, device="cuda", generator=g)
+    return torch.empty_like(x), x, y
+
+
+def test_graphed_step_with_torch_operations_is_captured_and_bit_identical():
+    torch = pytest.importorskip("torch")
+    out, x, y = inputs(torch)
+    e_out, e_x, e_y = out.clone(), x.clone(), y.clone()
+
+    @fl.graphed
+    def step(out, x, y):
+        eager_step(torch, out, x, y)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fl.GraphCaptureWarning)
+        for _ in range(10):
+            step(out, x, y)
+            eager_step(torch, e_out, e_x, e_y)
+    torch.cuda.synchronize()
+    assert step.uncapturable is None
+    assert step.counters["captures"] == 1 and step.counters["replays"] == 9
+    assert torch.equal(y, e_y) and torch.equal(out, e_out)
+
+
+def test_graphed_torch_step_passes_check_and_returns_its_temporaries():
+    torch = pytest.importorskip("torch")
+    out, x, y = inputs(torch)
+
+    @fl.graphed(check=True)
+    def step(out, x, y):
+        axpy[BLOCKS, 256](out, 0.5, x, y)
+        return out * 2.0  # a temporary: the graph's static output, as torch documents
+
+    results = [step(out, x, y).clone() for _ in range(4)]
+    torch.cuda.synchronize()
+    assert step.counters["checks"] == 3  # the capturing call checks too
+    expected = (0.5 * x + y) * 2.0
+    for r in results:
+        assert torch.equal(r, expected)
+
+
+def test_launches_inside_torch_cuda_graph_follow_the_capture():
+    torch = pytest.importorskip("torch")
+    out, x, y = inputs(torch)
+    e_out, e_x, e_y = out.clone(), x.clone(), y.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        eager_step(torch, out, x, y)  # warm-up (compiles)
+    torch.cuda.current_stream().wait_stream(side)
+    eager_step(torch, e_out, e_x, e_y)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        assert fl._core.followed_capture() == torch.cuda.current_stream().cuda_stream
+        eager_step(torch, out, x, y)  # no stream given: captured with the torch operation
+    assert fl._core.followed_capture() is None
+    for _ in range(5):
+        g.replay()
+        eager_step(torch, e_out, e_x, e_y)
+    torch.cuda.synchronize()
+    assert torch.equal(y, e_y) and torch.equal(out, e_out)
+
+
+def test_make_graphed_callables_with_a_fastlaunch_kernel():
+    torch = pytest.importorskip("torch")
+
+    class Axpy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            out = torch.empty_like(x)
+            axpy[BLOCKS, 256](out, 0.5, x, y)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            return 0.5 * grad, grad
+
+    def fn(x, y):
+        return Axpy.apply(x, y) * 0.999
+
+    _, x, y = inputs(torch)
+    x.requires_grad_(True)
+    y.requires_grad_(True)
+    graphed = torch.cuda.make_graphed_callables(fn, (x, y))
+    for _ in range(3):
+        got = graphed(x, y)
+        want = fn(x, y)
+        torch.cuda.synchronize()
+        assert torch.equal(got, want)
+
+
+def test_launches_inside_a_cupy_capture_follow_it():
+    cupy = pytest.importorskip("cupy")
+    x = cupy.random.rand(N, dtype=cupy.float32)
+    y = cupy.random.rand(N, dtype=cupy.float32)
+    out = cupy.empty_like(x)
+    axpy[BLOCKS, 256](out, 0.5, x, y)  # compiles
+    cupy.cuda.get_current_stream().synchronize()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        axpy[BLOCKS, 256](out, 0.5, x, y)  # no stream given: captured
+        cupy.multiply(out, 2.0, out=out)
+        graph = stream.end_capture()
+    assert fl._core.followed_capture() is None
+    out.fill(0)
+    stream.synchronize()
+    graph.launch(stream)
+    stream.synchronize()
+    assert bool(cupy.all(out == (0.5 * x + y) * 2.0))
+
+
+def compiled_step(torch, op):
+    def step(x, y):
+        out = torch.empty_like(x)
+        op[BLOCKS, 256](out, 0.5, x, y)
+        return out * 0.999
+
+    return step
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_torch_compile_fullgraph_runs_the_kernel_bit_identically(mode):
+    torch = pytest.importorskip("torch")
+    op = fl.torch_op(axpy, mutates=["out"])
+    step = compiled_step(torch, op)
+    compiled = torch.compile(step, fullgraph=True, mode=mode)
+    _, x, y = inputs(torch)
+    for _ in range(5):
+        got = compiled(x, y).clone()
+        torch.cuda.synchronize()
+        assert torch.equal(got, step(x, y))
+    if mode == "reduce-overhead":
+        explained = torch._dynamo.explain(step)(x, y)
+        assert explained.graph_break_count == 0
+
+
+def test_torch_op_default_marks_every_tensor_mutated_and_stays_right():
+    torch = pytest.importorskip("torch")
+    op = fl.torch_op(axpy)
+    out, x, y = inputs(torch)
+
+    @torch.compile(fullgraph=True)
+    def step(out, x, y):
+        op[BLOCKS, 256](out, 0.5, x, y)
+        return out.sum()
+
+    got = step(out, x, y)
+    torch.cuda.synchronize()
+    assert torch.equal(out, 0.5 * x + y) and torch.equal(got, (0.5 * x + y).sum())
