@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from fastlaunch import _core
+from fastlaunch import _core, _numba_compat
 from fastlaunch._core import Graph
 from fastlaunch.errors import CudaUnavailableError
 from fastlaunch.streams import (
@@ -144,8 +144,8 @@ def _classify_type(t: type) -> tuple[int, Callable[[Any], Any]]:
     cupy = sys.modules.get("cupy")
     if cupy is not None and issubclass(t, cupy.ndarray):
         return _ARRAY, _cupy_form
-    devicearray = sys.modules.get("numba.cuda.cudadrv.devicearray")
-    if devicearray is not None and issubclass(t, devicearray.DeviceNDArray):
+    device_array = _numba_compat.device_array_class_if_imported()
+    if device_array is not None and issubclass(t, device_array):
         return _ARRAY, _numba_form
     if hasattr(t, "__cuda_stream__") or issubclass(t, _core.Stream):
         return _STREAM, _stream_form
