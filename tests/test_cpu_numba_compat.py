@@ -123,3 +123,49 @@ def test_launch_args_are_current_only_from_0_30(monkeypatch):
             assert config.args == (7, 8)
             assert numba_cuda.current_launch_args() == (7, 8)
         assert numba_cuda.current_launch_args() is None
+
+
+@pytest.mark.parametrize(
+    ("numba_cuda_version", "numba", "refused"),
+    [((0, 26, 0), "0.65.1", False), ((0, 28, 2), "0.66.0", True), ((0, 30, 4), "0.68.1", False)],
+)
+def test_numba_cuda_before_0_30_needs_numba_before_0_66(
+    monkeypatch, numba_cuda_version, numba, refused
+):
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(numba_cuda, "version", lambda: numba_cuda_version)
+    monkeypatch.setattr(numba_cuda, "version_string", lambda: "0.28.2")
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: numba if name == "numba" else real(name)
+    )
+    if not refused:
+        assert numba_cuda.numba_mismatch() is None
+        return
+    message = "numba-cuda 0.28.2 needs numba < 0.66 (numba 0.66.0 is installed)"
+    assert numba_cuda.numba_mismatch().startswith(message)
+    with pytest.raises(ImportError, match=r"needs numba < 0\.66"):
+        numba_cuda.numba_jit()
+
+
+def test_the_supported_range_is_what_pyproject_declares():
+    """pip keeps numba-cuda 0.26.0 beside fastlaunch (make test also installs fastlaunch into
+    a venv holding 0.26.0 and checks pip kept it)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    requirements = [Requirement(r) for r in project["dependencies"]] + [
+        Requirement(r) for extra in project["optional-dependencies"].values() for r in extra
+    ]
+    specifiers = {str(r.specifier) for r in requirements if r.name == "numba-cuda"}
+    assert specifiers == {"<0.31,>=0.26"}
+    (specifier,) = {r.specifier for r in requirements if r.name == "numba-cuda"}
+    for kept in ["0.26.0", "0.26.1", "0.28.2", "0.29.0", "0.30.0", "0.30.4"]:
+        assert specifier.contains(kept)
+    for refused in ["0.25.9", "0.31.0"]:
+        assert not specifier.contains(refused)
+    assert numba_cuda.supported_range() == ">=0.26,<0.31"

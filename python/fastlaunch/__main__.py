@@ -205,6 +205,9 @@ def _numba_cuda_settings() -> Iterator[tuple[str, Callable[[], object]]]:
         text = f"{numba_cuda.version_string()}; fastlaunch supports {numba_cuda.supported_range()}"
         if not numba_cuda.is_supported():
             text += "  <-- outside the supported range"
+        mismatch = numba_cuda.numba_mismatch()
+        if mismatch is not None:
+            text += f"  <-- {mismatch}"
         return text
 
     def launch_config_api() -> str:

@@ -69,6 +69,31 @@ def is_supported() -> bool:
     return SUPPORTED[0] <= version()[:2] < SUPPORTED[1]
 
 
+#: numba-cuda before 0.30 reads NPDatetime from numba.core.types.scalars, which numba 0.66 moved
+NUMBA_BEFORE_LAUNCH_CONFIG_API = (0, 66)
+
+
+def numba_mismatch() -> str | None:
+    """Why the installed numba cannot run this numba-cuda, or None: numba-cuda before 0.30
+    fails to import with numba 0.66 or newer (``module 'numba.cuda.types' has no attribute
+    'NPDatetime'``), and neither declares it. Read from metadata: nothing is imported."""
+    import importlib.metadata
+
+    if has_launch_config_api():
+        return None
+    try:
+        numba = importlib.metadata.version("numba")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if tuple(int(p) for p in numba.split(".")[:2] if p.isdigit()) < NUMBA_BEFORE_LAUNCH_CONFIG_API:
+        return None
+    limit = ".".join(map(str, NUMBA_BEFORE_LAUNCH_CONFIG_API))
+    return (
+        f"numba-cuda {version_string()} needs numba < {limit} (numba {numba} is installed): "
+        f"pip install 'numba<{limit}', or numba-cuda 0.30 or newer"
+    )
+
+
 def has_launch_config_api() -> bool:
     """Whether numba-cuda has the launch-configuration API (0.30 and newer)."""
     return version()[:2] >= LAUNCH_CONFIG_API
@@ -117,7 +142,11 @@ def dispatcher_class() -> type:
 
 def numba_jit() -> Any:
     """numba-cuda's own ``jit`` decorator (``numba.cuda.decorators.jit``), which stays
-    numba-cuda's while ``numba.cuda.jit`` is replaced."""
+    numba-cuda's while ``numba.cuda.jit`` is replaced. Refuses a numba this numba-cuda cannot
+    import with (``numba_mismatch``) rather than failing inside numba-cuda."""
+    mismatch = numba_mismatch()
+    if mismatch is not None:
+        raise ImportError(mismatch)
     from numba.cuda.decorators import jit
 
     return jit
