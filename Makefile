@@ -1,8 +1,10 @@
 # fastlaunch: build, test and GPU-run plumbing.
 #   make demo         build into .venv and list the GPUs (or say there is none)
 #   make test         everything CI runs: Rust fmt/clippy/tests/bench build, ruff, stubtest, pytest
+#                     (against the newest numba-cuda, then the oldest supported: .venv-oldest)
 #   make wheel        the release wheel, manylinux_2_28 x86_64 (zig linker), checked by auditwheel
 #   make gpu-prepare  wheels (.whl/) and Rust GPU test/bench binaries (.gpu/bin/) for the GPU machine
+#   make gpu-prepare-versions  wheels for older numba-cuda there (.whl-versions/; gpu-run.sh --numba-cuda)
 #   make clean        build outputs (keeps .venv); make distclean also removes .venv
 
 SHELL := bash
@@ -17,6 +19,18 @@ STAMP := $(VENV)/.deps-stamp
 DEPS := 'maturin>=1.9,<2' 'numba-cuda[cu13]==0.30.4' 'numpy>=2.0' \
         pytest pytest-benchmark hypothesis ruff mypy check-jsonschema
 PY_DIRS := python tests benchmarks examples
+
+# The oldest supported numba-cuda (pyproject.toml: >=0.26,<0.31): the no-GPU tests run against it
+# too. numba-cuda before 0.30 needs numba < 0.66 (which takes NumPy < 2.5), and says so nowhere.
+OLDEST_NUMBA_CUDA := 0.26.0
+VENV_OLDEST := .venv-oldest
+OLDEST_VPY := $(VENV_OLDEST)/bin/python
+OLDEST_STAMP := $(VENV_OLDEST)/.deps-stamp
+OLDEST_DEPS := 'numba-cuda[cu13]==$(OLDEST_NUMBA_CUDA)' 'numba<0.66' 'numpy>=2.0' \
+               pytest pytest-benchmark hypothesis
+IN_OLDEST = VIRTUAL_ENV="$(abspath $(VENV_OLDEST))" PATH="$(abspath $(VENV_OLDEST))/bin:$$PATH"
+# what the GPU machine runs against besides the image's numba-cuda 0.30.4
+GPU_NUMBA_CUDA_VERSIONS := 0.26.0 0.28.2
 STUBTEST_ALLOWLIST := $(wildcard python/stubtest-allowlist.txt)
 
 # pyo3 builds against the venv's interpreter; the `cargo test` binary of rust/ext links
@@ -34,7 +48,7 @@ WHEEL_STAMP := $(VENV)/.wheel-tools-stamp
 DASK_WHEELS := dask==2026.8.0 distributed==2026.8.0 partd==1.4.2 locket==1.0.0 tblib==3.2.2 \
                tornado==6.6.1 zict==3.0.0
 
-.PHONY: venv build test demo wheel gpu-prepare clean distclean
+.PHONY: venv build test test-oldest demo wheel gpu-prepare gpu-prepare-versions clean distclean
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +59,12 @@ $(STAMP): Makefile | $(VPY)
 	touch $@
 
 venv: $(STAMP)
+
+$(OLDEST_STAMP): Makefile
+	$(PYTHON) -m venv $(VENV_OLDEST)
+	$(OLDEST_VPY) -m pip install -q --upgrade pip
+	$(OLDEST_VPY) -m pip install -q $(OLDEST_DEPS)
+	touch $@
 
 build: venv
 	$(IN_VENV) $(VENV)/bin/maturin develop --release
@@ -60,7 +80,15 @@ test: venv build
 	# the release workflow cannot run here: checked against GitHub's workflow schema
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(VPY) -m pytest tests
+	$(MAKE) test-oldest
 
+# fastlaunch into the oldest venv (maturin installs its dependencies there: pip must keep
+# numba-cuda $(OLDEST_NUMBA_CUDA), which the check after it asserts), then the no-GPU tests.
+test-oldest: build $(OLDEST_STAMP)
+	$(IN_OLDEST) $(VENV)/bin/maturin develop --release
+	$(OLDEST_VPY) -c "import numba_cuda as m; v = m.__version__; \
+	  assert v == '$(OLDEST_NUMBA_CUDA)', f'installing fastlaunch moved numba-cuda to {v}'"
+	$(OLDEST_VPY) -m pytest tests -q
 demo: venv build
 	$(VPY) -m fastlaunch.demo
 
@@ -93,10 +121,13 @@ gpu-prepare: venv
 	  | $(VPY) scripts/gpu-bins.py benches .gpu/bin --exclude fastlaunch-ext
 	ls -la .whl .gpu/bin
 
+gpu-prepare-versions: venv
+	$(VPY) scripts/gpu-version-wheels.py .whl-versions $(GPU_NUMBA_CUDA_VERSIONS)
+
 clean:
 	cargo clean
-	rm -rf .whl .gpu gpu-out dist .pytest_cache .ruff_cache .mypy_cache .benchmarks
+	rm -rf .whl .whl-versions .gpu gpu-out dist .pytest_cache .ruff_cache .mypy_cache .benchmarks
 	rm -f python/fastlaunch/_core*.so
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VENV_OLDEST)

@@ -5,7 +5,12 @@
 # numba-cuda 0.30 names): the wheels in .whl/ (fastlaunch, and the test-only packages the image
 # lacks) are installed into /tmp/site, which goes first on PYTHONPATH.
 #
-# usage: bash scripts/gpu-run.sh [PART...]      (default: all)
+# usage: bash scripts/gpu-run.sh [--numba-cuda VERSION] [PART...]      (default: all)
+#   --numba-cuda V  run against numba-cuda V (0.26 or 0.28) instead of the image's 0.30.4:
+#              the wheels of .whl-versions/V/ and .whl-versions/common/ (numba 0.65, NumPy 2.4,
+#              cuda-core 0.7: what numba-cuda before 0.30 needs; `make gpu-prepare-versions`)
+#              are installed into /tmp/site-numba-cuda-V, first on PYTHONPATH; carry
+#              .whl-versions
 #   rust       .gpu/bin/*-tests $RUST_TEST_ARGS (the Rust tests that need a GPU)
 #   tests      python3 -m pytest -m gpu tests $PYTEST_ARGS
 #   bench      python3 benchmarks/run.py --out $OUT $BENCH_ARGS (when that file exists)
@@ -59,6 +64,19 @@ setup() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site "${wheels[@]}" || return 1
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  if [[ -n $NUMBA_CUDA_VERSION ]]; then
+    local site=/tmp/site-numba-cuda-$NUMBA_CUDA_VERSION
+    local versioned=(.whl-versions/"$NUMBA_CUDA_VERSION"/*.whl .whl-versions/common/*.whl)
+    section "numba-cuda $NUMBA_CUDA_VERSION: install ${versioned[*]} into $site"
+    if [[ ! -d .whl-versions/$NUMBA_CUDA_VERSION ]]; then
+      echo "gpu-run: no .whl-versions/$NUMBA_CUDA_VERSION (run 'make gpu-prepare-versions' here)"
+      return 1
+    fi
+    rm -rf "$site"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target "$site" "${versioned[@]}" || return 1
+    export PYTHONPATH=$site:$PYTHONPATH
+  fi
 
   section "environment"
   date -u
@@ -178,6 +196,12 @@ ab() {
   python3 benchmarks/ab_probe.py --before /tmp/ab-before --after /tmp/ab-after \
     --rounds "${AB_ROUNDS:-3}" | tee "$OUT/ab.txt"
 }
+
+NUMBA_CUDA_VERSION=
+if [[ ${1:-} == --numba-cuda ]]; then
+  NUMBA_CUDA_VERSION=${2:?"--numba-cuda needs a version (0.26, 0.28)"}
+  shift 2
+fi
 
 main() {
   local parts=() failed=() arg p name fn rc t0

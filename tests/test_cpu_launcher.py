@@ -13,8 +13,16 @@ import pytest
 from numba import cuda
 
 import fastlaunch
+from fastlaunch import _numba_compat
+from fastlaunch.errors import NumbaCudaVersionError
 
 pytestmark = pytest.mark.filterwarnings("ignore:Grid size")
+
+#: numba-cuda 0.30 added pre_launch_callbacks; before it fastlaunch refuses them (pinned below)
+needs_launch_config_api = pytest.mark.skipif(
+    not _numba_compat.has_launch_config_api(),
+    reason="numba-cuda before 0.30 has no pre_launch_callbacks",
+)
 
 
 @fastlaunch.jit
@@ -33,6 +41,7 @@ def test_dimensions_are_padded_as_numba_cuda_pads_them(griddim, blockdim, expect
     assert (numba_config.griddim, numba_config.blockdim) == expected
 
 
+@needs_launch_config_api
 def test_one_callback_list_per_configuration_as_numba_cuda_caches_configurations():
     @fastlaunch.jit
     def fresh(a):
@@ -144,6 +153,7 @@ def test_a_configured_launch_pickles_with_its_configuration():
     assert copy.dispatcher.py_func.__code__.co_code == kernel.py_func.__code__.co_code
 
 
+@needs_launch_config_api
 def test_pickling_a_configured_launch_with_callbacks_is_refused_as_numba_cuda_refuses():
     launcher = kernel[5, 8, 0, 4]
     launcher.pre_launch_callbacks.append(print)
@@ -196,6 +206,7 @@ CALLBACKS_ON_STAND_IN = textwrap.dedent(
 )
 
 
+@needs_launch_config_api
 def test_callbacks_run_before_each_launch_with_the_overload_and_configuration(
     run_on_stand_in,
 ):
@@ -212,3 +223,16 @@ def test_arguments_only_numba_cuda_launches_are_typed_by_numba_cuda():
     host = np.zeros(3, np.float32)
     assert kernel._argument_type(host) == cuda.jit(kernel.py_func).typeof_pyval(host)
     assert str(kernel._argument_type(np.float32(1))) == "float32"
+
+
+def test_callbacks_before_numba_cuda_0_30_are_refused_naming_the_versions(monkeypatch):
+    @fastlaunch.jit
+    def fresh(a):
+        pass
+
+    monkeypatch.setattr(_numba_compat, "version", lambda: (0, 26, 0))
+    monkeypatch.setattr(_numba_compat, "version_string", lambda: "0.26.0")
+    with pytest.raises(NumbaCudaVersionError, match=r"pre_launch_callbacks needs numba-cuda 0\.30"):
+        fresh[1, 1].pre_launch_callbacks  # noqa: B018 - the attribute read is what raises
+    # and a launch without callbacks is unaffected
+    assert fresh[1, 1].griddim == (1, 1, 1)

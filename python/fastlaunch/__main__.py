@@ -17,10 +17,10 @@ import platform
 import re
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import fastlaunch as fl
 from fastlaunch import _core
+from fastlaunch import _numba_compat as numba_cuda
 
 WIDTH = 17  # label column: "fastlaunch        0.1.0"
 
@@ -199,20 +199,32 @@ def _device_rows(device: fl.Device) -> Iterator[tuple[str, Callable[[], object]]
 
 
 def _numba_cuda_settings() -> Iterator[tuple[str, Callable[[], object]]]:
-    def config() -> Any:
-        from numba.cuda.core import config
+    config = numba_cuda.config
 
-        return config
+    def version() -> str:
+        text = f"{numba_cuda.version_string()}; fastlaunch supports {numba_cuda.supported_range()}"
+        if not numba_cuda.is_supported():
+            text += "  <-- outside the supported range"
+        mismatch = numba_cuda.numba_mismatch()
+        if mismatch is not None:
+            text += f"  <-- {mismatch}"
+        return text
+
+    def launch_config_api() -> str:
+        if numba_cuda.has_launch_config_api():
+            return "yes (pre_launch_callbacks, launch_config.args, launchconfig)"
+        needed = ".".join(map(str, numba_cuda.LAUNCH_CONFIG_API))
+        return f"no: pre_launch_callbacks and launch_config.args need numba-cuda {needed}"
 
     def cache() -> str:
         cache_dir = config().CACHE_DIR
         if cache_dir:
             return f"{cache_dir} (NUMBA_CACHE_DIR)"
-        from numba.cuda.misc.appdirs import AppDirs
-
-        user = AppDirs(appname="numba", appauthor=False).user_cache_dir
+        user = numba_cuda.user_cache_dir()
         return f"__pycache__ beside each source file; where not writable, {user}"
 
+    yield "version", version
+    yield "launch-config API", launch_config_api
     yield "cache=True dir", cache
     yield "per-thread stream", lambda: bool(config().CUDA_PER_THREAD_DEFAULT_STREAM)
     yield "CAI sync", lambda: bool(config().CUDA_ARRAY_INTERFACE_SYNC)

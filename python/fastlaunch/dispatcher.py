@@ -20,25 +20,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fastlaunch import _core
+from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.errors import KernelArgumentError
 
 #: compiles, loads and launches through numba-cuda's path (never on the fast path)
 _log = logging.getLogger("fastlaunch")
 
 
-def _numba():
-    """numba-cuda's modules, imported on first use so ``import fastlaunch`` stays light."""
-    import numpy as np
-    from numba import cuda
-    from numba.cuda import types
-    from numba.cuda.np import numpy_support
-
-    return np, cuda, types, numpy_support
-
-
 def numba_type(descriptor: tuple) -> Any:
     """The numba type of a fingerprint descriptor (see ``_core.describe``)."""
-    np, _, types, numpy_support = _numba()
+    import numpy as np
+
+    types, numpy_support = numba_cuda.types(), numba_cuda.numpy_support()
     kind = descriptor[0]
     if kind == "array":
         _, dtype, ndim, layout, readonly = descriptor
@@ -51,9 +44,7 @@ def numba_type(descriptor: tuple) -> Any:
         _, cls, members = descriptor
         return types.BaseTuple.from_types([numba_type(m) for m in members], cls)
     if kind == "enum":
-        from numba.cuda.typing.typeof import typeof
-
-        return typeof(next(iter(descriptor[1])))
+        return numba_cuda.typeof(next(iter(descriptor[1])))
     if kind == "record":
         return numpy_support.from_dtype(descriptor[1])
     if kind == "datetime":
@@ -67,7 +58,7 @@ def _check_argument(expected: Any, given: Any, position: int, name: str) -> None
     """Refuses an argument an explicit signature cannot take (numba-cuda launches these
     silently with wrong data): arrays must match dtype, ndim and layout ('A' takes any
     layout), and a read-only array cannot go to a writable parameter."""
-    _, _, types, _ = _numba()
+    types = numba_cuda.types()
     expected_tuple = isinstance(expected, types.BaseTuple)
     if expected_tuple and isinstance(given, types.BaseTuple) and len(expected) == len(given):
         for expected_member, given_member in zip(expected, given, strict=True):
@@ -101,13 +92,12 @@ def _check_argument(expected: Any, given: Any, position: int, name: str) -> None
 def _stream_for_numba(stream: Any) -> Any:
     """A launch's stream as numba-cuda's own launch path takes it: numba streams as they
     are, any other stream object by its handle (read by Rust, as the launch path reads it)."""
-    from numba.cuda.cudadrv import driver
+    from numba import cuda
 
-    _, cuda, _, _ = _numba()
-    if isinstance(stream, driver.Stream):
-        return driver._to_core_stream(stream)
+    if numba_cuda.is_numba_stream(stream):
+        return numba_cuda.core_stream(stream)
     handle = _core.stream_handle(stream)
-    return driver._to_core_stream(cuda.external_stream(handle) if handle else 0)
+    return numba_cuda.core_stream(cuda.external_stream(handle) if handle else 0)
 
 
 class Kernel(_core.Kernel):
@@ -156,9 +146,7 @@ class Kernel(_core.Kernel):
         return getattr(self._dispatcher, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        from numba.cuda.errors import missing_launch_config_msg
-
-        raise ValueError(missing_launch_config_msg)
+        raise ValueError(numba_cuda.missing_launch_config_message())
 
     def __repr__(self) -> str:
         return f"<fastlaunch.Kernel {self.__qualname__}>"
@@ -180,18 +168,15 @@ class Kernel(_core.Kernel):
         """numba-cuda's ``forall`` (1-D launch over ``ntasks``; ``tpb=0`` asks the driver for
         a block size), launching the specialized kernel through fastlaunch. numba-cuda's
         ``vectorize`` and ``guvectorize`` launch their kernels this way."""
-        from numba.cuda.dispatcher import ForAll
-
-        return ForAll(self, ntasks, tpb=tpb, stream=stream, sharedmem=sharedmem)
+        return numba_cuda.forall(self, ntasks, tpb, stream, sharedmem)
 
     def _warn_low_occupancy(self, grid_size: int) -> None:
         """numba-cuda's low-occupancy warning (``NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS``), given
         by the launch path once per kernel rather than on every launch."""
-        from numba.cuda.core import config, errors
-
+        config = numba_cuda.config()
         if config.CUDA_LOW_OCCUPANCY_WARNINGS and not config.DISABLE_PERFORMANCE_WARNINGS:
             warnings.warn(
-                errors.NumbaPerformanceWarning(
+                numba_cuda.performance_warning(
                     f"Grid size {grid_size} will likely result in GPU under-utilization "
                     "due to low occupancy."
                 ),
@@ -209,14 +194,14 @@ class Kernel(_core.Kernel):
         here, so wrapping it on a fastlaunch kernel (as
         ``numba.cuda.launchconfig.capture_compile_config`` does) sees those compiles."""
         dispatcher = self._dispatcher
-        return type(dispatcher)._compile_for_args(dispatcher, *args, **kws)
+        return numba_cuda.unbound_compile_for_args(dispatcher)(dispatcher, *args, **kws)
 
     def mark_launch_config_sensitive(self) -> None:
         """Marks the compile in progress as depending on the launch configuration
         (numba-cuda's API, for code generated from the block size): launches of such a
-        kernel then go through numba-cuda, which compiles it per configuration."""
-        from numba.cuda import launchconfig
-
+        kernel then go through numba-cuda, which compiles it per configuration.
+        numba-cuda 0.30 and newer."""
+        launchconfig = numba_cuda.launchconfig("mark_launch_config_sensitive()")
         config = launchconfig.ensure_current_launch_config()
         if config.dispatcher is not self and config.dispatcher is not self._dispatcher:
             raise RuntimeError(
@@ -226,15 +211,16 @@ class Kernel(_core.Kernel):
         config._kernel_launch_config_sensitive = True
 
     def _current_launch_args(self) -> Any:
-        """The arguments of the launch compiling on this thread (``launch_config.args``)."""
-        from numba.cuda.cext import _dispatcher
-
-        return _dispatcher.get_current_launch_args()
+        """The arguments of the launch compiling on this thread (``launch_config.args``;
+        numba-cuda 0.30 and newer)."""
+        return numba_cuda.current_launch_args()
 
     def _pre_launch_callbacks(self, launcher: _core.Launcher) -> list:
         """The ``pre_launch_callbacks`` of a configuration: one list per grid, block, stream
         and shared memory, shared by every ``kernel[...]`` that configures them, as numba-cuda
-        shares one cached configuration object."""
+        shares one cached configuration object. numba-cuda 0.30 and newer (before, numba-cuda
+        has no callbacks: asking for the list raises ``NumbaCudaVersionError``)."""
+        numba_cuda.require_launch_config_api("pre_launch_callbacks")
         key = (launcher.griddim, launcher.blockdim, launcher.stream_handle, launcher.sharedmem)
         return self._callbacks_by_configuration.setdefault(key, [])
 
@@ -280,9 +266,7 @@ class Kernel(_core.Kernel):
         # code run during a compile (launch-config-sensitive typing) may wait on another
         # thread's compile, as under numba-cuda.
         kernel = self._select_overload(argtypes, args, configuration)
-        if getattr(kernel, "launch_config_sensitive", False) or getattr(
-            self._dispatcher, "_launch_config_sensitive", False
-        ):
+        if numba_cuda.is_launch_config_sensitive(kernel, self._dispatcher):
             return None, self._launch_config_sensitive()
         params = tuple(kernel.signature.args)
         for i, (expected, given) in enumerate(zip(params, argtypes, strict=True)):
@@ -313,7 +297,8 @@ class Kernel(_core.Kernel):
         ``cuda.In``/``Out``/``InOut``, datetime arrays, tuples holding those) and
         kernels with ``extensions``. Non-contiguous host arrays (which numba-cuda refuses) go
         through a contiguous copy that is written back after the launch."""
-        np = _numba()[0]
+        import numpy as np
+
         self.numba_launches += 1
         if not self._numba_path_logged:
             self._numba_path_logged = True
@@ -337,7 +322,7 @@ class Kernel(_core.Kernel):
         # are: the configuration's dispatcher is this kernel (`launchconfig`), and the
         # low-occupancy warning was given once already.
         config = _launch_configuration(self, griddim, blockdim, stream, sharedmem)
-        self._dispatcher.call(tuple(prepared), config)
+        numba_cuda.dispatcher_call(self._dispatcher, tuple(prepared), config)
         if write_back:
             config.stream.sync()
             for original, contiguous in write_back:
@@ -379,7 +364,7 @@ class Kernel(_core.Kernel):
         exact = dispatcher.overloads.get(argtypes)
         if exact is not None:
             return exact
-        if dispatcher._can_compile:
+        if numba_cuda.can_compile(dispatcher):
             started = time.perf_counter()
             kernel = self._compile_for_launch(argtypes, args, configuration)
             _log.debug(
@@ -410,23 +395,16 @@ class Kernel(_core.Kernel):
         whose ``dispatcher`` is this kernel) and the launch's arguments in
         ``launch_config.args``. numba types fastlaunch's argument types, not the objects
         (which may be kinds only fastlaunch reads, such as DLPack-only tensors)."""
-        from numba.cuda.cext import _dispatcher
-
         config = _launch_configuration(self, *configuration)
-        previous = config._push_args(args)
-        try:
-            kernel = _dispatcher.Dispatcher._cuda_call(
-                self._dispatcher,
-                *(_Typed(t) for t in argtypes),
-                __numba_cuda_launch_config__=config,
-            )
-            # Callbacks the compile added to the current configuration run before the
-            # launch that compiled (numba-cuda runs that configuration's list then).
+        typed = tuple(_Typed(t) for t in argtypes)
+        with numba_cuda.launch_args_current(config, args):
+            kernel = numba_cuda.compile_with_c_dispatcher(self._dispatcher, typed, config)
+            # Callbacks the compile added to the current configuration run before the launch
+            # that compiled (numba-cuda runs that configuration's list then; before 0.30,
+            # nothing adds any).
             for callback in config.pre_launch_callbacks:
                 callback(kernel, config)
             return kernel
-        finally:
-            config._pop_args(previous)
 
     def _target(self, kernel: Any, compute_capability: int) -> Any:
         """What Rust launches for a numba ``_Kernel``: its linked cubin, loaded once; or,
@@ -441,7 +419,7 @@ class Kernel(_core.Kernel):
         else:
             major, minor = divmod(compute_capability, 10)
             cc = (major, minor, "a" if compute_capability >= 90 else "")
-            cubin = kernel._codelibrary.get_cubin(cc=cc)
+            cubin = numba_cuda.cubin(kernel, cc)
             target = _core.CompiledKernel(
                 bytes(cubin.code), kernel.entry_name, cooperative=bool(kernel.cooperative)
             )
@@ -476,17 +454,9 @@ def _launch_configuration(
     """numba-cuda's ``_LaunchConfiguration`` for a launch fastlaunch hands to numba-cuda (to
     compile, or to launch), with this kernel as its ``dispatcher``. Built without its
     ``__init__``, which would warn of low occupancy again (fastlaunch already has, once)."""
-    from numba.cuda.dispatcher import _LaunchConfiguration
-
-    config = _LaunchConfiguration.__new__(_LaunchConfiguration)
-    config.dispatcher = kernel
-    config.griddim = griddim
-    config.blockdim = blockdim
-    config.stream = _stream_for_numba(stream)
-    config.sharedmem = sharedmem
-    config.pre_launch_callbacks = []
-    config._kernel_launch_config_sensitive = None
-    return config
+    return numba_cuda.launch_configuration(
+        kernel, griddim, blockdim, _stream_for_numba(stream), sharedmem
+    )
 
 
 def _compile_through(dispatcher: Any, kernel: Kernel) -> None:
@@ -494,7 +464,7 @@ def _compile_through(dispatcher: Any, kernel: Kernel) -> None:
     dispatcher looks the method up on its own dispatcher, and a wrapper set on the fastlaunch
     kernel must see compiles all the same. A weak reference: the kernel owns the dispatcher."""
     kernel_ref = weakref.ref(kernel)
-    unwrapped = type(dispatcher)._compile_for_args
+    unwrapped = numba_cuda.unbound_compile_for_args(dispatcher)
 
     def compile_for_args(*args: Any, **kws: Any) -> Any:
         owner = kernel_ref()
@@ -515,9 +485,7 @@ def register_as_numba_dispatcher() -> None:
     ``__getattr__``). Once per process."""
     global _registered
     if not _registered:
-        from numba.cuda.dispatcher import CUDADispatcher
-
-        CUDADispatcher.register(Kernel)
+        numba_cuda.dispatcher_class().register(Kernel)
         _registered = True
 
 
@@ -544,18 +512,18 @@ def jit(func_or_sig: Any = None, *signatures: Any, **options: Any) -> Any:
     """
     # numba-cuda's own decorator, not the `numba.cuda.jit` attribute: that one may be
     # fastlaunch.jit itself (the conformance runner patches it in).
-    from numba.cuda.decorators import jit as numba_jit
-    from numba.cuda.dispatcher import CUDADispatcher
+    numba_jit = numba_cuda.numba_jit()
+    dispatcher_class = numba_cuda.dispatcher_class()
 
     if isinstance(func_or_sig, Kernel):
         return func_or_sig
-    if isinstance(func_or_sig, CUDADispatcher):
+    if isinstance(func_or_sig, dispatcher_class):
         if signatures or options:
             raise TypeError("jit(existing_kernel) takes no further signatures or options")
         return Kernel(func_or_sig)
     if options.get("device"):
         return numba_jit(func_or_sig, *signatures, **options)
-    return _wrap(numba_jit(func_or_sig, *signatures, **options), CUDADispatcher)
+    return _wrap(numba_jit(func_or_sig, *signatures, **options), dispatcher_class)
 
 
 def _wrap(made: Any, dispatcher_class: type) -> Any:

@@ -33,6 +33,21 @@ class KernelArgumentError(TypeError):
         self.name = name
 
 
+class NumbaCudaVersionError(NotImplementedError):
+    """A numba-cuda feature the installed numba-cuda lacks (``pre_launch_callbacks``, say, before
+    0.30). ``feature`` names it; ``needed`` is the first numba-cuda that has it; ``installed``
+    the version found."""
+
+    def __init__(self, feature: str, needed: str, installed: str) -> None:
+        super().__init__(
+            f"{feature} needs numba-cuda {needed} or newer; numba-cuda {installed} is installed "
+            f"(pip install 'numba-cuda>={needed}')"
+        )
+        self.feature = feature
+        self.needed = needed
+        self.installed = installed
+
+
 def _driver_error_class() -> type:
     """``CudaDriverError``, built on first use: it is also a ``cuda.core`` ``CUDAError`` (what
     numba-cuda raises for failed launches), and importing cuda.core costs half a second."""

@@ -1,0 +1,308 @@
+"""numba-cuda's private internals, in one place (as ``_numpy_compat`` is for NumPy).
+
+fastlaunch reaches past numba-cuda's public API for compiling, typing and handing launches
+back to numba-cuda. Every such use goes through an accessor here, so a numba-cuda upgrade
+touches this module alone. Each accessor imports on first use: ``import fastlaunch`` imports
+no numba-cuda and needs no GPU.
+
+Supported: numba-cuda 0.26 to 0.30 (``SUPPORTED``). What differs over that range and how:
+
+- 0.30.0 added the launch-configuration API (``numba.cuda.launchconfig``,
+  ``_LaunchConfiguration.pre_launch_callbacks`` and ``.args``, ``mark_launch_config_sensitive``,
+  per-configuration compiles) and changed ``CUDADispatcher.call(args, griddim, blockdim,
+  stream, sharedmem)`` to ``call(args, launch_config)``; its C dispatcher's ``_cuda_call``
+  takes the configuration (``__numba_cuda_launch_config__``). Before 0.30 those features raise
+  :class:`fastlaunch.errors.NumbaCudaVersionError` (``require_launch_config_api``), and
+  launches and compiles are handed to numba-cuda in the older form.
+- 0.26 to 0.29 need cuda-core < 1.0 and 0.30.2 takes cuda-core 1.0; fastlaunch launches with
+  the driver itself and reads cuda.core objects by attribute, so that difference stays inside
+  numba-cuda.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from fastlaunch.errors import NumbaCudaVersionError
+
+#: numba-cuda versions fastlaunch supports: at least the first, below the second
+SUPPORTED: tuple[tuple[int, int], tuple[int, int]] = ((0, 26), (0, 31))
+
+#: the first numba-cuda with the launch-configuration API (launchconfig, pre_launch_callbacks)
+LAUNCH_CONFIG_API: tuple[int, int] = (0, 30)
+
+
+# -- versions ---------------------------------------------------------------------------------
+
+
+@functools.cache
+def version_string() -> str:
+    """The numba-cuda version that is imported (``numba_cuda`` holds only its version)."""
+    import numba_cuda
+
+    return str(numba_cuda.__version__)
+
+
+@functools.cache
+def version() -> tuple[int, int, int]:
+    """The numba-cuda version as ``(major, minor, micro)``."""
+    numbers = [
+        int("".join(itertools.takewhile(str.isdigit, part)) or 0)
+        for part in version_string().split(".")[:3]
+    ]
+    numbers += [0] * (3 - len(numbers))
+    return numbers[0], numbers[1], numbers[2]
+
+
+def supported_range() -> str:
+    """The supported range, as a pip requirement spells it."""
+    (lo_major, lo_minor), (hi_major, hi_minor) = SUPPORTED
+    return f">={lo_major}.{lo_minor},<{hi_major}.{hi_minor}"
+
+
+def is_supported() -> bool:
+    return SUPPORTED[0] <= version()[:2] < SUPPORTED[1]
+
+
+#: numba-cuda before 0.30 reads NPDatetime from numba.core.types.scalars, which numba 0.66 moved
+NUMBA_BEFORE_LAUNCH_CONFIG_API = (0, 66)
+
+
+def numba_mismatch() -> str | None:
+    """Why the installed numba cannot run this numba-cuda, or None: numba-cuda before 0.30
+    fails to import with numba 0.66 or newer (``module 'numba.cuda.types' has no attribute
+    'NPDatetime'``), and neither declares it. Read from metadata: nothing is imported."""
+    import importlib.metadata
+
+    if has_launch_config_api():
+        return None
+    try:
+        numba = importlib.metadata.version("numba")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if tuple(int(p) for p in numba.split(".")[:2] if p.isdigit()) < NUMBA_BEFORE_LAUNCH_CONFIG_API:
+        return None
+    limit = ".".join(map(str, NUMBA_BEFORE_LAUNCH_CONFIG_API))
+    return (
+        f"numba-cuda {version_string()} needs numba < {limit} (numba {numba} is installed): "
+        f"pip install 'numba<{limit}', or numba-cuda 0.30 or newer"
+    )
+
+
+def has_launch_config_api() -> bool:
+    """Whether numba-cuda has the launch-configuration API (0.30 and newer)."""
+    return version()[:2] >= LAUNCH_CONFIG_API
+
+
+def require_launch_config_api(feature: str) -> None:
+    """Refuses ``feature`` (part of the launch-configuration API) before numba-cuda 0.30."""
+    if not has_launch_config_api():
+        needed = ".".join(map(str, LAUNCH_CONFIG_API))
+        raise NumbaCudaVersionError(feature, needed, version_string())
+
+
+# -- typing -----------------------------------------------------------------------------------
+
+
+def types() -> Any:
+    """``numba.cuda.types``."""
+    from numba.cuda import types
+
+    return types
+
+
+def numpy_support() -> Any:
+    """``numba.cuda.np.numpy_support`` (``from_dtype``)."""
+    from numba.cuda.np import numpy_support
+
+    return numpy_support
+
+
+def typeof(value: Any) -> Any:
+    """numba-cuda's type of a Python value (``numba.cuda.typing.typeof.typeof``)."""
+    from numba.cuda.typing.typeof import typeof
+
+    return typeof(value)
+
+
+# -- dispatchers and compiled kernels ---------------------------------------------------------
+
+
+def dispatcher_class() -> type:
+    """``numba.cuda.dispatcher.CUDADispatcher``."""
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    return CUDADispatcher
+
+
+def numba_jit() -> Any:
+    """numba-cuda's own ``jit`` decorator (``numba.cuda.decorators.jit``), which stays
+    numba-cuda's while ``numba.cuda.jit`` is replaced. Refuses a numba this numba-cuda cannot
+    import with (``numba_mismatch``) rather than failing inside numba-cuda."""
+    mismatch = numba_mismatch()
+    if mismatch is not None:
+        raise ImportError(mismatch)
+    from numba.cuda.decorators import jit
+
+    return jit
+
+
+def unbound_compile_for_args(dispatcher: Any) -> Any:
+    """The dispatcher class's ``_compile_for_args`` (compiles for a launch's arguments)."""
+    return type(dispatcher)._compile_for_args
+
+
+def can_compile(dispatcher: Any) -> bool:
+    """Whether the dispatcher may compile new overloads (``_can_compile``)."""
+    return bool(dispatcher._can_compile)
+
+
+def is_launch_config_sensitive(kernel: Any, dispatcher: Any) -> bool:
+    """Whether an overload (or its dispatcher) compiles per launch configuration (0.30+;
+    never before)."""
+    return bool(
+        getattr(kernel, "launch_config_sensitive", False)
+        or getattr(dispatcher, "_launch_config_sensitive", False)
+    )
+
+
+def cubin(kernel: Any, cc: tuple[int, int, str]) -> Any:
+    """An overload's linked cubin for ``cc`` (a cuda.core ``ObjectCode``; ``.code`` is bytes)."""
+    return kernel._codelibrary.get_cubin(cc=cc)
+
+
+def forall(kernel: Any, ntasks: int, tpb: int, stream: Any, sharedmem: int) -> Any:
+    """numba-cuda's ``ForAll`` over ``kernel``."""
+    from numba.cuda.dispatcher import ForAll
+
+    return ForAll(kernel, ntasks, tpb=tpb, stream=stream, sharedmem=sharedmem)
+
+
+# -- launch configurations and handing launches to numba-cuda ---------------------------------
+
+
+def missing_launch_config_message() -> str:
+    """numba-cuda's message for a kernel called without ``[grid, block]``."""
+    from numba.cuda.errors import missing_launch_config_msg
+
+    return str(missing_launch_config_msg)
+
+
+def is_numba_stream(stream: Any) -> bool:
+    from numba.cuda.cudadrv import driver
+
+    return isinstance(stream, driver.Stream)
+
+
+def core_stream(stream: Any) -> Any:
+    """A numba stream (or 0) as numba-cuda's launch takes it (a cuda.core ``Stream``)."""
+    from numba.cuda.cudadrv import driver
+
+    return driver._to_core_stream(stream)
+
+
+def launch_configuration(
+    dispatcher: Any, griddim: tuple, blockdim: tuple, stream: Any, sharedmem: int
+) -> Any:
+    """numba-cuda's ``_LaunchConfiguration`` with ``dispatcher`` as its dispatcher, built
+    without its ``__init__`` (which warns of low occupancy). ``pre_launch_callbacks`` is an
+    empty list in every version (before 0.30 nothing adds to it)."""
+    from numba.cuda.dispatcher import _LaunchConfiguration
+
+    config = _LaunchConfiguration.__new__(_LaunchConfiguration)
+    config.dispatcher = dispatcher
+    config.griddim = griddim
+    config.blockdim = blockdim
+    config.stream = stream
+    config.sharedmem = sharedmem
+    config.pre_launch_callbacks = []
+    config._kernel_launch_config_sensitive = None
+    return config
+
+
+def dispatcher_call(dispatcher: Any, args: tuple, config: Any) -> None:
+    """numba-cuda's own launch: ``CUDADispatcher.call`` in the form this version takes."""
+    if has_launch_config_api():
+        dispatcher.call(args, config)
+    else:
+        dispatcher.call(args, config.griddim, config.blockdim, config.stream, config.sharedmem)
+
+
+@contextlib.contextmanager
+def launch_args_current(config: Any, args: tuple) -> Iterator[None]:
+    """While inside, ``args`` are the current launch's arguments (``launch_config.args``,
+    numba-cuda's thread-local), as during numba-cuda's own launch; before 0.30 there are none
+    to set."""
+    if not has_launch_config_api():
+        yield
+        return
+    previous = config._push_args(args)
+    try:
+        yield
+    finally:
+        config._pop_args(previous)
+
+
+def compile_with_c_dispatcher(dispatcher: Any, typed_args: tuple, config: Any) -> Any:
+    """The overload numba's C dispatcher selects (compiling if needed) for ``typed_args``,
+    as numba-cuda's launch does: from 0.30 with ``config`` current
+    (``launchconfig.current_launch_config()``)."""
+    from numba.cuda.cext import _dispatcher
+
+    if not has_launch_config_api():
+        return _dispatcher.Dispatcher._cuda_call(dispatcher, *typed_args)
+    return _dispatcher.Dispatcher._cuda_call(
+        dispatcher, *typed_args, __numba_cuda_launch_config__=config
+    )
+
+
+def current_launch_args() -> Any:
+    """The arguments of the launch compiling on this thread (``launch_config.args``, 0.30+)."""
+    require_launch_config_api("launch_config.args")
+    from numba.cuda.cext import _dispatcher
+
+    return _dispatcher.get_current_launch_args()
+
+
+def launchconfig(feature: str) -> Any:
+    """``numba.cuda.launchconfig`` (0.30+), for ``feature``."""
+    require_launch_config_api(feature)
+    from numba.cuda import launchconfig
+
+    return launchconfig
+
+
+# -- settings and warnings --------------------------------------------------------------------
+
+
+def config() -> Any:
+    """numba-cuda's settings (``numba.cuda.core.config``)."""
+    from numba.cuda.core import config
+
+    return config
+
+
+def performance_warning(message: str) -> Warning:
+    """A ``NumbaPerformanceWarning``, numba-cuda's class for it."""
+    from numba.cuda.core import errors
+
+    return errors.NumbaPerformanceWarning(message)
+
+
+def user_cache_dir() -> str:
+    """Where numba-cuda caches kernels whose source folder is not writable."""
+    from numba.cuda.misc.appdirs import AppDirs
+
+    return str(AppDirs(appname="numba", appauthor=False).user_cache_dir)
+
+
+def device_array_class_if_imported() -> type | None:
+    """``DeviceNDArray``, or None while numba-cuda's device arrays are not imported (then no
+    argument can be one)."""
+    devicearray = sys.modules.get("numba.cuda.cudadrv.devicearray")
+    return None if devicearray is None else devicearray.DeviceNDArray
