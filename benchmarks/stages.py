@@ -64,6 +64,24 @@ def access_costs(batches: int) -> None:
         }
     except ImportError:
         pass
+    try:
+        import torch
+
+        t = torch.zeros(128, device="cuda")
+        buffer = torch.zeros(4096, device="cuda")
+        view = buffer[128:256]
+        probes |= {
+            "torch .data_ptr()": t.data_ptr,
+            "torch ._base (not a view)": lambda: t._base,
+            "torch .is_neg()": t.is_neg,
+            "torch .stride()": t.stride,
+            "fastlaunch fingerprint(torch)": lambda: _core.fingerprint((t,)),
+            "fastlaunch fingerprint(torch view)": lambda: _core.fingerprint((view,)),
+            "fastlaunch fingerprint(new torch view)": lambda: _core.fingerprint((buffer[:128],)),
+            "torch buffer[:128] alone": lambda: buffer[:128],
+        }
+    except ImportError:
+        pass
     d = cuda.device_array(128, np.float32)
     probes["fastlaunch fingerprint(numba)"] = lambda: _core.fingerprint((d,))
     for name, probe in probes.items():
