@@ -62,12 +62,18 @@ def test_inline_launches_match_numba_cuda_for_views_of_every_source():
             np.testing.assert_array_equal(out.copy_to_host(), expected.copy_to_host(), name)
 
 
-def test_inline_configurations_keep_numba_cudas_errors():
+def test_inline_configurations_that_numba_cuda_refuses_are_refused():
+    """fastlaunch refuses a bad configuration when it is made (docs/differences.md), numba-cuda
+    when it launches; neither launches it."""
+    out = cuda.device_array(32, np.float32)
+    a = cuda.device_array(32, np.float32)
     for config, error in [((0, 32), ValueError), ((1, 2**40), ValueError), ((1.5, 1), TypeError)]:
-        with pytest.raises(error):
-            copy_1d[config]
-        with pytest.raises(error):
-            numba_copy_1d[config]
+        for _ in range(2):  # and again: a refused configuration is not cached
+            with pytest.raises(error):
+                copy_1d[config](out, a)
+        with pytest.raises(Exception):  # noqa: B017, PT011 - numba-cuda's own error types
+            numba_copy_1d[config](out, a)
+            cuda.synchronize()
 
 
 def _copied(launch, out, tensor):

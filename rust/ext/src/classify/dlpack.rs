@@ -45,8 +45,8 @@ pub(super) fn read_exchange(
 }
 
 thread_local! {
-    /// Views found free of the negative bit, with the memory they had then (see below).
-    static SIGN_CHECKED_VIEWS: RefCell<KnownObjects<u64>> =
+    /// Real tensors found free of the negative bit, with the memory they had then (see below).
+    static SIGN_CHECKED: RefCell<KnownObjects<u64>> =
         const { RefCell::new(KnownObjects::new()) };
 }
 
@@ -56,11 +56,11 @@ thread_local! {
 /// conjugate bit; the negative bit can be on any (`x.conj().imag`).
 ///
 /// A real tensor gets the negative bit only as a view (`c.conj().imag`, `_neg_view()`):
-/// `_base` (a C getter, no call) rules out the common case cheaply; a view needs `is_neg()`,
-/// a torch method call (~0.35 µs on the H200). A view's bit is fixed when it is made, so a
-/// view found clear is remembered (`known.rs`) with its memory address: only `.data = ...`
-/// can give an existing tensor another view's bits, and that changes its memory (but for a
-/// negated view of the very same memory, which is not noticed).
+/// `_base` rules out the common case without a method call, and a view needs `is_neg()`.
+/// Both cost a torch call (~0.1 µs each on the H200), so a real tensor found clear is
+/// remembered (`known.rs`) with its memory address: a tensor's bits are fixed when it is
+/// made, and only `.data = ...` can give an existing tensor another's bits, which changes its
+/// memory (but for a negated view of the very same memory, which is not noticed).
 fn refuse_lazy_sign_view(
     arg: &Bound<'_, PyAny>,
     tensor: &DLTensor,
@@ -71,31 +71,34 @@ fn refuse_lazy_sign_view(
         Ok(arg.call_method0(method)?.is(PyBool::new(py, true)))
     };
     let complex = tensor.dtype.code == ffi_dlpack::KDL_COMPLEX;
-    if complex && is_set(intern!(py, "is_conj"))? {
-        return Err(at.error(
-            "tensor has its conjugate bit set (a lazy .conj() view, whose memory holds the \
-             unconjugated values); pass t.resolve_conj() instead",
-        ));
-    }
     let data = (tensor.data as u64).wrapping_add(tensor.byte_offset);
-    if !complex {
-        let checked = SIGN_CHECKED_VIEWS.with(|known| {
+    if complex {
+        if is_set(intern!(py, "is_conj"))? {
+            return Err(at.error(
+                "tensor has its conjugate bit set (a lazy .conj() view, whose memory holds \
+                 the unconjugated values); pass t.resolve_conj() instead",
+            ));
+        }
+    } else {
+        let checked = SIGN_CHECKED.with(|known| {
             known
                 .try_borrow()
                 .is_ok_and(|known| known.find(arg) == Some(&data))
         });
-        if checked || arg.getattr(intern!(py, "_base"))?.is_none() {
+        if checked {
             return Ok(());
         }
     }
-    if is_set(intern!(py, "is_neg"))? {
+    let clear = (!complex && arg.getattr(intern!(py, "_base"))?.is_none())
+        || !is_set(intern!(py, "is_neg"))?;
+    if !clear {
         return Err(at.error(
             "tensor has its negative bit set (a lazy negated view, whose memory holds the \
              values before negation); pass t.resolve_neg() instead",
         ));
     }
     if !complex {
-        SIGN_CHECKED_VIEWS.with(|known| {
+        SIGN_CHECKED.with(|known| {
             if let Ok(mut known) = known.try_borrow_mut() {
                 known.remember(arg, data);
             }
