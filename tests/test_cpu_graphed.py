@@ -441,3 +441,52 @@ def test_a_stream_argument_is_captured_and_replayed_on_and_keywords_are_leaves(r
     graph = out["graph"]
     assert graph["streams"] == [graph["expected"]] * 2 and graph["launches"] == [2, 2]
     assert graph["replayed_on"] == graph["expected"]
+
+
+def test_the_same_arguments_again_replay_without_their_form(run_on_stand_in):
+    """The very same argument objects as one of the last two replays replay that graph
+    directly, without computing their form; other arrays of the form still find theirs."""
+    got = run(
+        run_on_stand_in,
+        """
+        import numpy as np
+        from cuda.bindings import driver as bindings
+        from numba.cuda.cudadrv import driver as numba_driver
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        def numba_array(address):  # fixed form: the fast path is for such arguments
+            pointer = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(address), 1 << 20)
+            gpu_data = numba_driver.OwnedPointer(pointer)
+            return DeviceNDArray((64, 64), (256, 4), np.float32, gpu_data=gpu_data)
+
+        u, v, w = (numba_array(p) for p in (0x1000_0000, 0x2000_0000, 0x3000_0000))
+        copy = kernel("copy", (u, v, 0.5))
+
+        @fl.graphed
+        def step(a, b):
+            copy[1, 1](a, b, 0.5)
+
+        for _ in range(3):
+            step(u, v)
+        show("first", step)
+        calls = []
+        real = _core.step_form
+        _core.step_form = lambda *a: calls.append(1) or real(*a)
+        try:
+            step(u, v)
+            step(u, v)
+            show("again", step)
+            print(json.dumps({"label": "forms", "computed": len(calls)}))
+            step(u, w)  # the same form, other arrays: a graph of its own or re-pointed
+            step(u, w)
+            step(u, v)
+            show("other", step)
+        finally:
+            _core.step_form = real
+        """,
+    )
+    assert got["first"]["replays"] == 2 and got["first"]["captures"] == 1  # captured, replayed
+    assert got["again"]["replays"] == 4
+    assert got["forms"]["computed"] == 0
+    assert got["other"]["replays"] == 7  # every call after the first eager one replays
+    assert got["other"]["eager"] == 1

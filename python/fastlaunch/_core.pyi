@@ -19,6 +19,7 @@ __all__ = [
     "set_ordering",
     "stream_handle",
     "step_form",
+    "same_objects",
     "follow_capture",
     "end_followed_capture",
     "followed_capture",
@@ -294,6 +295,9 @@ def step_form(
     args: tuple[Any, ...], kwargs: dict[str, Any] | None, device: int
 ) -> tuple[bytes, list[Any], list[int], bool]:
     """A graphed step's form: ``(key, leaves, kinds, fixed)``; see ``fastlaunch.graphed``."""
+
+def same_objects(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two tuples hold the very same objects, in order."""
 
 def follow_capture(stream: int) -> None: ...
 def end_followed_capture() -> bool: ...

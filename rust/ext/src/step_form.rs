@@ -494,3 +494,14 @@ fn resolve_form_kind(x: &Bound<'_, PyAny>) -> Result<FormKind> {
     }
     Ok(FormKind::Object)
 }
+
+/// `same_objects(a, b)`: whether two tuples hold the very same objects, in order (a graphed
+/// step called again with its last arguments replays without computing their form).
+#[pyfunction]
+pub(crate) fn same_objects(a: &Bound<'_, PyTuple>, b: &Bound<'_, PyTuple>) -> bool {
+    a.len() == b.len()
+        && a
+            .iter_borrowed()
+            .zip(b.iter_borrowed())
+            .all(|(x, y)| x.as_ptr() == y.as_ptr())
+}
