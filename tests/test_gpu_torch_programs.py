@@ -58,6 +58,31 @@ def test_graphed_step_with_torch_operations_is_captured_and_bit_identical():
     assert torch.equal(y, e_y) and torch.equal(out, e_out)
 
 
+def test_a_graphed_torch_step_notices_a_tensor_given_other_memory_in_place():
+    """A graph torch captured is tied to its tensors and their memory: after ``x.set_()``
+    (the same object and shape, other memory) the step captures again, and reads the new."""
+    torch = pytest.importorskip("torch")
+    out, x, y = inputs(torch)
+    e_out, e_x, e_y = out.clone(), x.clone(), y.clone()
+
+    @fl.graphed
+    def step(out, x, y):
+        eager_step(torch, out, x, y)
+
+    for _ in range(3):
+        step(out, x, y)
+        eager_step(torch, e_out, e_x, e_y)
+    replacement = torch.rand(N, device="cuda")
+    x.set_(replacement.clone())
+    e_x.set_(replacement.clone())
+    for _ in range(3):
+        step(out, x, y)
+        eager_step(torch, e_out, e_x, e_y)
+    torch.cuda.synchronize()
+    assert step.counters["captures"] == 2
+    assert torch.equal(y, e_y) and torch.equal(out, e_out)
+
+
 def test_graphed_torch_step_passes_check_and_returns_its_temporaries():
     torch = pytest.importorskip("torch")
     out, x, y = inputs(torch)

@@ -188,6 +188,17 @@ class _Entry:
         self.version = 0  # changes whenever `bound` does
 
 
+def _pinned_key(leaves: list[Any], pins: tuple[int, ...]) -> tuple:
+    """The pinned leaves' part of a graph's key: each by identity (the graph holds it, so the
+    identity is not reused) and, for a torch tensor, its memory, which ``set_()`` or
+    ``.data = ...`` can change under the same identity while the graph still holds the old."""
+    torch = sys.modules.get("torch")
+    return tuple(
+        (id(leaf), leaf.data_ptr() if torch is not None and isinstance(leaf, torch.Tensor) else 0)
+        for leaf in (leaves[i] for i in pins)
+    )
+
+
 def _template(value: Any, index: dict[int, int]) -> Any:
     """The return value in terms of leaves: ("leaf", i), ("seq", type, items) or the
     object itself (returned as captured)."""
@@ -409,7 +420,7 @@ class GraphedStep:
         key = form
         pins = self._pins.get(form)
         if pins is not None:
-            key = (form, tuple(id(leaves[i]) for i in pins))
+            key = (form, _pinned_key(leaves, pins))
         entries = self._graphs.get(key)
         if entries is not None:
             self._graphs.move_to_end(key)
@@ -746,7 +757,7 @@ class GraphedStep:
         if entry.pinned:
             pins = tuple(i for i, leaf in enumerate(leaves) if any(leaf is p for p in entry.pinned))
             self._pins[form] = pins
-            key = (form, tuple(id(leaves[i]) for i in pins))
+            key = (form, _pinned_key(leaves, pins))
         self._generation += 1
         self._graphs.setdefault(key, []).insert(0, entry)
         self._graphs.move_to_end(key)
