@@ -98,11 +98,14 @@ def test_torch_current_context_is_the_one_fastlaunch_sees():
 
 
 def test_select_device_does_not_grow_the_stack():
+    # Relative to what is below: numba-cuda before 0.30 leaves its own contexts pushed.
+    below = _core.current_context()
+    _core.push_device(0)
     for _ in range(10):
-        fl.select_device(0)
+        fl.select_device(0)  # replaces the top entry, never pushes
     assert fl.current_device() == fl.gpus[0]
     assert _core.pop_device() == 0
-    assert _core.current_context() is None
+    assert _core.current_context() == below
     fl.select_device(0)
 
 

@@ -11,6 +11,7 @@ from arrays import to_host
 from numba import cuda
 
 import fastlaunch as fl
+from fastlaunch import _core
 
 pytestmark = pytest.mark.gpu
 
@@ -95,7 +96,8 @@ def test_numba_producer_stream_through_the_array_interface():
     produced = cuda.to_device(np.zeros(N, np.float32))
     out = cuda.to_device(np.zeros(N, np.float32))
     consumer = fl.stream(non_blocking=True)
-    view = _Interface(produced, int(producer.handle))
+    # the handle as the launch path reads it (numba-cuda 0.26's `handle` is not an int)
+    view = _Interface(produced, _core.stream_handle(producer))
     _warm_up(out, view)
     slow_fill[N // 256, 256, producer](produced, 7.0, SLEEP_ROUNDS)
     seconds = _consume(out, view, consumer)
