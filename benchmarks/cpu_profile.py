@@ -28,13 +28,19 @@ def fake_driver() -> str:
     return str(library)
 
 
-def main() -> None:
+def on_stand_in_driver() -> int:
+    """Runs this script again with the stand-in driver unless it has one; returns --loops."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--loops", type=int, default=200_000)
     loops = parser.parse_args().loops
     if os.environ.get("FASTLAUNCH_CUDA_DRIVER") is None:
         os.environ["FASTLAUNCH_CUDA_DRIVER"] = fake_driver()
         os.execv(sys.executable, [sys.executable, *sys.argv])
+    return loops
+
+
+def main() -> None:
+    loops = on_stand_in_driver()
 
     import numpy as np
     from cuda.bindings import driver as bindings

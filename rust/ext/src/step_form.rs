@@ -500,8 +500,7 @@ fn resolve_form_kind(x: &Bound<'_, PyAny>) -> Result<FormKind> {
 #[pyfunction]
 pub(crate) fn same_objects(a: &Bound<'_, PyTuple>, b: &Bound<'_, PyTuple>) -> bool {
     a.len() == b.len()
-        && a
-            .iter_borrowed()
+        && a.iter_borrowed()
             .zip(b.iter_borrowed())
             .all(|(x, y)| x.as_ptr() == y.as_ptr())
 }

@@ -16,7 +16,7 @@ use super::arrays::{
     append_c_strides, element_type, extend_from_int_tuple, int_as_u64, push_from_tuples,
     push_staged, stage_dims,
 };
-use super::known::{KnownArray, KnownObjects};
+use super::known::{push_known_or_read, KnownArray, KnownObjects};
 use super::{has_attribute, Position, Scratch};
 
 thread_local! {
@@ -36,33 +36,13 @@ pub(super) fn is_cupy_array(module: &str, class: &Bound<'_, PyAny>) -> bool {
 /// arrays launched before if its shape is unchanged, else read and then remembered.
 pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
     scratch.streams.has_cupy = true;
-    let pushed = KNOWN_CUPY_ARRAYS.with(|known| -> PyResult<bool> {
-        let Ok(known) = known.try_borrow() else {
-            return Ok(false);
-        };
-        match known.find(arg) {
-            Some(array) if same_shape(arg, array)? => {
-                array.push(scratch);
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
-    })?;
-    if pushed {
-        return Ok(());
-    }
-    let values_before = scratch.values.len();
-    read_fields(arg, at, scratch)?;
-    if scratch.values.len() > values_before {
-        if let Some(array) = KnownArray::last_pushed(scratch) {
-            KNOWN_CUPY_ARRAYS.with(|known| {
-                if let Ok(mut known) = known.try_borrow_mut() {
-                    known.remember(arg, array);
-                }
-            });
-        }
-    }
-    Ok(())
+    push_known_or_read(
+        &KNOWN_CUPY_ARRAYS,
+        arg,
+        scratch,
+        |array| same_shape(arg, array),
+        |scratch| read_fields(arg, at, scratch),
+    )
 }
 
 /// Whether `arg` still has the shape it had when `known` was read: only the shape of a CuPy

@@ -6,11 +6,15 @@
 //!
 //! [`KnownArray`] is what array sources keep: the fingerprint bytes, value and dims pushed.
 
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
 use pyo3::ffi;
 use pyo3::prelude::*;
 use smallvec::SmallVec;
 
 use super::Scratch;
+use crate::errors::Result;
 use crate::scratch::{ArgValue, ArrayArg};
 
 /// Slots in a table, hashed by address into buckets of `WAYS`.
@@ -135,4 +139,47 @@ impl KnownArray {
             ..self.array
         }));
     }
+}
+
+/// A thread's table of arrays read before (declared with `thread_local!` by its source).
+pub(super) type KnownArrays = LocalKey<RefCell<KnownObjects<KnownArray>>>;
+
+/// Pushes `arg` from `table` when it is there and `unchanged` says it still is as it was read;
+/// else reads it with `read` and remembers what that pushed (nothing, when the source left
+/// it to numba-cuda).
+#[inline]
+pub(super) fn push_known_or_read(
+    table: &'static KnownArrays,
+    arg: &Bound<'_, PyAny>,
+    scratch: &mut Scratch,
+    unchanged: impl FnOnce(&KnownArray) -> PyResult<bool>,
+    read: impl FnOnce(&mut Scratch) -> Result<()>,
+) -> Result<()> {
+    let pushed = table.with(|known| -> PyResult<bool> {
+        let Ok(known) = known.try_borrow() else {
+            return Ok(false); // a launch from within a read: read it instead
+        };
+        match known.find(arg) {
+            Some(array) if unchanged(array)? => {
+                array.push(scratch);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    })?;
+    if pushed {
+        return Ok(());
+    }
+    let values_before = scratch.values.len();
+    read(scratch)?;
+    if scratch.values.len() > values_before {
+        if let Some(array) = KnownArray::last_pushed(scratch) {
+            table.with(|known| {
+                if let Ok(mut known) = known.try_borrow_mut() {
+                    known.remember(arg, array);
+                }
+            });
+        }
+    }
+    Ok(())
 }

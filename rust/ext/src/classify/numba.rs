@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use super::arrays::{element_type, int_as_u64, pointer_as_u64, push_from_tuples};
-use super::known::{KnownArray, KnownObjects};
+use super::known::{push_known_or_read, KnownArray, KnownObjects};
 use super::{has_attribute, Position, Scratch};
 use crate::errors::Result;
 
@@ -31,25 +31,13 @@ thread_local! {
 /// A numba `DeviceNDArray`: from the cache of recently launched arrays, or read and then
 /// remembered.
 pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
-    let known = KNOWN_NUMBA_ARRAYS.with(|known| {
-        let known = known.try_borrow().ok()?;
-        known.find(arg).map(|array| array.push(scratch))
-    });
-    if known.is_some() {
-        return Ok(());
-    }
-    let values_before = scratch.values.len();
-    read_numba_array_fields(arg, at, scratch)?;
-    if scratch.values.len() > values_before {
-        if let Some(array) = KnownArray::last_pushed(scratch) {
-            KNOWN_NUMBA_ARRAYS.with(|known| {
-                if let Ok(mut known) = known.try_borrow_mut() {
-                    known.remember(arg, array);
-                }
-            });
-        }
-    }
-    Ok(())
+    push_known_or_read(
+        &KNOWN_NUMBA_ARRAYS,
+        arg,
+        scratch,
+        |_| Ok(true),
+        |scratch| read_numba_array_fields(arg, at, scratch),
+    )
 }
 
 /// A numba `DeviceNDArray`'s fields, read from the instance dict (one dict lookup each, no
