@@ -9,6 +9,7 @@ Each is timed as the benchmark used to time it (a reused launcher over fresh arr
 users write it (``kernel[1, 1](*args)`` inline, over views of one buffer).
 
     python3 benchmarks/ab_probe.py --before /tmp/old --after /tmp/new [--rounds 3]
+    python3 benchmarks/ab_probe.py --build base=/tmp/a --build x=/tmp/b --build y=/tmp/c
 """
 
 from __future__ import annotations
@@ -73,26 +74,37 @@ def child() -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--before", required=True, help="folder holding the build before")
-    ap.add_argument("--after", required=True, help="folder holding the build after")
+    ap.add_argument("--before", help="folder holding the build before")
+    ap.add_argument("--after", help="folder holding the build after")
+    ap.add_argument(
+        "--build",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="a further build to time beside them (repeatable: several commits in one run)",
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child()
         return 0
-    medians: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
-    builds = [("before", args.before), ("after", args.after)]
+    builds = [(label, folder) for label, folder in (("before", args.before), ("after", args.after))]
+    builds = [(label, folder) for label, folder in builds if folder]
+    builds += [tuple(spec.split("=", 1)) for spec in args.build]  # type: ignore[misc]
+    if len(builds) < 2:
+        ap.error("give at least two builds (--before/--after, --build LABEL=DIR)")
+    medians: dict[str, dict[str, list[float]]] = {label: {} for label, _ in builds}
     for round_index in range(args.rounds):
-        # each build goes first in every other round: the first child of a round may run
-        # on a colder machine
-        for label, folder in builds if round_index % 2 == 0 else builds[::-1]:
+        # each build goes first in turn: the first child of a round may run on a colder machine
+        shift = round_index % len(builds)
+        for label, folder in builds[shift:] + builds[:shift]:
             env = {
                 **os.environ,
                 "PYTHONPATH": os.pathsep.join([folder, os.environ.get("PYTHONPATH", "")]),
             }
             done = subprocess.run(
-                [sys.executable, __file__, "--before", "-", "--after", "-", "--child"],
+                [sys.executable, __file__, "--child"],
                 capture_output=True,
                 text=True,
                 env=env,
@@ -112,11 +124,13 @@ def main() -> int:
     print(
         f"µs per launch, median of {args.rounds} alternating rounds (each a median of 60 batches)"
     )
-    print(f"{'case':26} {'before':>8} {'after':>8} {'after/before':>13}")
-    for key in medians["before"]:
-        before = statistics.median(medians["before"][key])
-        after = statistics.median(medians["after"][key])
-        print(f"{key:26} {before:8.2f} {after:8.2f} {after / before:12.2f}×")
+    labels = [label for label, _ in builds]
+    first = labels[0]
+    print(f"{'case':26} " + " ".join(f"{label:>10}" for label in labels) + "  ratios to " + first)
+    for key in medians[first]:
+        values = [statistics.median(medians[label][key]) for label in labels]
+        ratios = " ".join(f"{v / values[0]:6.2f}×" for v in values[1:])
+        print(f"{key:26} " + " ".join(f"{v:10.2f}" for v in values) + f"  {ratios}")
     return 0
 
 

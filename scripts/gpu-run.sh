@@ -21,8 +21,9 @@
 #              module runs at a time (CONFORMANCE_JOBS) within CONFORMANCE_BUDGET s (420);
 #              merge the runs' conformance.json here with conformance/run.py --merge
 #   ab         benchmarks/ab_probe.py: the build in .whl-old/ (carry it; e.g. main's wheel
-#              before a change) against .whl/'s, alternating in one run (AB_ROUNDS, 3);
-#              not part of `all`
+#              before a change) against .whl/'s, alternating in one run (AB_ROUNDS, 3), and
+#              any builds in .whl-ab/LABEL/ beside them (scripts/ab-wheels.sh REV...: carry
+#              .whl-ab too, to find which commit moved a figure); not part of `all`
 #   fresh      scripts/fresh-wheel.sh: the wheel alone in a fresh venv: info, an example,
 #              `python -m fastlaunch run` on an unedited numba-cuda program, FASTLAUNCH_INSTALL=1
 #   rustbench  .gpu/bin/*-bench --bench (criterion; not part of `all`)
@@ -193,7 +194,16 @@ ab() {
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ab-before "${before[0]}" &&
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ab-after \
       .whl/fastlaunch-*.whl || return 1
-  python3 benchmarks/ab_probe.py --before /tmp/ab-before --after /tmp/ab-after \
+  # further builds (scripts/ab-wheels.sh: one folder per commit in .whl-ab/, carried)
+  local extra=() dir label
+  for dir in .whl-ab/*/; do
+    label=$(basename "$dir")
+    rm -rf "/tmp/ab-$label"
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "/tmp/ab-$label" \
+      "$dir"fastlaunch-*.whl || return 1
+    extra+=(--build "$label=/tmp/ab-$label")
+  done
+  python3 benchmarks/ab_probe.py --before /tmp/ab-before --after /tmp/ab-after "${extra[@]}" \
     --rounds "${AB_ROUNDS:-3}" | tee "$OUT/ab.txt"
 }
 
