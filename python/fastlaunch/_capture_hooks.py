@@ -13,11 +13,11 @@ some thread follows a capture, one atomic load otherwise).
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import sys
 from typing import Any
 
 from fastlaunch import _core
+from fastlaunch._after_import import run_after_import
 
 _HOOKED = "_fastlaunch_follows_capture"
 
@@ -83,47 +83,8 @@ def hook_cupy(cupy: Any) -> bool:
 _HOOKS = {"torch": hook_torch, "cupy": hook_cupy}
 
 
-class _HookOnImport(importlib.abc.MetaPathFinder):
-    """Installs a hook right after its module is imported (torch, CuPy)."""
-
-    def __init__(self) -> None:
-        self._busy: set[str] = set()
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        hook = _HOOKS.get(name)
-        if hook is None or name in self._busy:
-            return None
-        self._busy.add(name)
-        try:
-            spec = None
-            for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None)
-                if finder is self or find is None:
-                    continue
-                spec = find(name, path, target)
-                if spec is not None:
-                    break
-        finally:
-            self._busy.discard(name)
-        loader = getattr(spec, "loader", None)
-        exec_module = getattr(loader, "exec_module", None)
-        if spec is None or exec_module is None:
-            return spec
-
-        def exec_and_hook(module: Any) -> None:
-            exec_module(module)
-            try:
-                hook(module)
-            except Exception as e:  # never break the program's own import
-                print(f"fastlaunch: hooking {name}'s graph captures failed: {e!r}", file=sys.stderr)
-
-        loader.exec_module = exec_and_hook  # type: ignore[union-attr]
-        return spec
-
-
 def install() -> None:
     """Hooks torch and CuPy now if imported, else when they are."""
-    pending = False
     for name, hook in _HOOKS.items():
         module = sys.modules.get(name)
         if module is not None and getattr(module, "cuda", None) is not None:
@@ -132,6 +93,4 @@ def install() -> None:
             except Exception as e:
                 print(f"fastlaunch: hooking {name}'s graph captures failed: {e!r}", file=sys.stderr)
         else:
-            pending = True
-    if pending and not any(isinstance(f, _HookOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _HookOnImport())
+            run_after_import(name, hook, f"hooking {name}'s graph captures")

@@ -28,13 +28,14 @@ from __future__ import annotations
 import atexit
 import collections
 import functools
-import importlib.abc
 import logging
 import os
 import sys
 import threading
 import weakref
 from typing import Any
+
+from fastlaunch._after_import import run_after_import
 
 _log = logging.getLogger("fastlaunch")
 
@@ -242,46 +243,6 @@ def _register_report() -> None:
 # -- start-up: FASTLAUNCH_INSTALL=1 (fastlaunch_install.pth) ---------------------------------
 
 
-class _InstallOnImport(importlib.abc.MetaPathFinder):
-    """Installs right after ``numba.cuda`` is imported, so start-up does not import
-    numba-cuda in processes that never use it."""
-
-    def __init__(self) -> None:
-        self._busy = False
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "numba.cuda" or self._busy:
-            return None
-        self._busy = True  # numba-cuda's redirecting finder walks sys.meta_path again
-        try:
-            spec = None
-            for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None)
-                if finder is self or find is None:
-                    continue
-                spec = find(name, path, target)
-                if spec is not None:
-                    break
-        finally:
-            self._busy = False
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        loader = getattr(spec, "loader", None)
-        exec_module = getattr(loader, "exec_module", None)
-        if spec is None or exec_module is None:
-            return spec
-
-        def exec_and_install(module: Any) -> None:
-            exec_module(module)
-            try:
-                install()
-            except Exception as e:  # never break the program's own import
-                print(f"fastlaunch: FASTLAUNCH_INSTALL: install() failed: {e!r}", file=sys.stderr)
-
-        loader.exec_module = exec_and_install  # type: ignore[union-attr]
-        return spec
-
-
 def install_at_startup() -> None:
     """What ``fastlaunch_install.pth`` runs when ``FASTLAUNCH_INSTALL`` is on: installs now
     if ``numba.cuda`` is already imported, else as soon as it is."""
@@ -289,8 +250,8 @@ def install_at_startup() -> None:
         return
     if "numba.cuda" in sys.modules:
         install()
-    elif not any(isinstance(f, _InstallOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _InstallOnImport())
+    else:
+        run_after_import("numba.cuda", lambda _: install(), "FASTLAUNCH_INSTALL: install()")
     if _env_on(ENV_REPORT):
         _register_report()
 
