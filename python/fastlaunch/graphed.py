@@ -55,6 +55,12 @@ class GraphedCheckError(AssertionError):
     """``check=True``: a replayed graph and the eager step disagreed."""
 
 
+# A call's slot in GraphedStep._recent: args, device, form, leaves, kinds, key, the generation
+# at which key and entries were found, entries; then the graph the call replayed, its version
+# and the generation then.
+_REPLAYED, _REPLAYED_VERSION, _REPLAYED_GENERATION = 8, 9, 10
+
+
 class _ThreadState(threading.local):
     """Per thread: whether this thread is capturing a step (a class default, so reading it
     never raises and catches an AttributeError, which a call would pay for every time)."""
@@ -162,6 +168,7 @@ class _Entry:
         "foreign",
         "graph",
         "handle",
+        "key",
         "launches",
         "pinned",
         "repoint",
@@ -186,6 +193,7 @@ class _Entry:
         self.fill: Callable[[list[Any]], Any] = lambda leaves: None  # the return value
         self.torch_graph: Any = None  # captured by torch (a step with torch operations)
         self.version = 0  # changes whenever `bound` does
+        self.key: Any = None  # where the cache holds it
 
 
 def _pinned_key(leaves: list[Any], pins: tuple[int, ...]) -> tuple:
@@ -352,10 +360,6 @@ class GraphedStep:
         self._stream: Any = None
         self._lock = threading.RLock()
         self._recent: list[Any] = [None, None]
-        # The last two replays of fixed arguments (see _call), replayed again without
-        # computing anything when the very same objects come back: (args, device, entry,
-        # entry.version, generation, leaves, kinds, key).
-        self._replays: list[Any] = [None, None]
         self._replayed: _Entry | None = None  # the entry _replay last replayed
         self._generation = 0  # changes whenever graphs are added or dropped
         self._mru: Any = None  # the key last moved to the end of the LRU
@@ -369,37 +373,36 @@ class GraphedStep:
             return self._run(args, kwargs)
         with self._lock:  # graphs are re-pointed, then replayed: one thread at a time
             if not kwargs:
-                for known in self._replays:
+                # One of the last two calls' very objects again, whose graph holds them still
+                # and is still cached: replayed as it is, nothing computed (see _call).
+                for slot in self._recent:
                     if (
-                        known is not None
-                        and known[3] == known[2].version  # its graph holds the same arrays
-                        and known[4] == self._generation  # and is still cached
-                        and _core.same_objects(args, known[0])
+                        slot is not None
+                        and slot[_REPLAYED] is not None
+                        and slot[_REPLAYED_VERSION] == slot[_REPLAYED].version
+                        and slot[_REPLAYED_GENERATION] == self._generation
+                        and _core.same_objects(args, slot[0])
                     ):
-                        if _device() != known[1]:
+                        if _device() != slot[1]:
                             break
-                        key = known[7]
-                        if self._mru is not key:
-                            self._graphs.move_to_end(key)
-                            self._mru = key
-                        return self._replay(known[2], known[5], known[6], repoint=False)
+                        entry = slot[_REPLAYED]
+                        if self._mru is not entry.key:
+                            self._graphs.move_to_end(entry.key)
+                            self._mru = entry.key
+                        return self._replay(entry, slot[3], slot[4], repoint=False)
             return self._call(args, kwargs)
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
         # The last two calls whose arguments cannot change form under the same identity
         # (numba arrays, immutable scalars, streams) are remembered with their form and
-        # graphs: the very same objects again (a loop passing the same buffers, or two
-        # swapped ones) skip computing the form and looking it up.
+        # graphs, and the graph they replayed: the very same objects again (a loop passing
+        # the same buffers, or two swapped ones) skip computing the form and looking it up,
+        # or (__call__) anything at all.
         device = _device()
         slot = None
         if not kwargs:
             for known in self._recent:
-                if (
-                    known is not None
-                    and known[1] == device
-                    and len(known[0]) == len(args)
-                    and all(map(operator.is_, args, known[0]))
-                ):
+                if known is not None and known[1] == device and _core.same_objects(args, known[0]):
                     slot = known
                     break
         if slot is not None:
@@ -410,12 +413,12 @@ class GraphedStep:
                     self._graphs.move_to_end(key)
                     self._mru = key
                 result = self._with(entries, form, key, args, kwargs, leaves, kinds)
-                self._remember_replay(args, device, leaves, kinds, key)
+                self._note_replay(slot)
                 return result
         else:
             form, leaves, kinds, fixed = _core.step_form(args, kwargs, device)
             if fixed:
-                slot = [args, device, form, leaves, kinds, None, -1, None]
+                slot = [args, device, form, leaves, kinds, None, -1, None, None, -1, -1]
                 self._recent = [slot, self._recent[0]]
         key = form
         pins = self._pins.get(form)
@@ -429,7 +432,7 @@ class GraphedStep:
                 slot[5], slot[6], slot[7] = key, self._generation, entries
             result = self._with(entries, form, key, args, kwargs, leaves, kinds)
             if slot is not None:
-                self._remember_replay(args, device, leaves, kinds, key)
+                self._note_replay(slot)
             return result
         if key not in self._seen:
             self._seen[key] = None
@@ -445,24 +448,16 @@ class GraphedStep:
             return self._checked(entry, args, kwargs, leaves, kinds)
         return self._replay(entry, leaves, kinds)
 
-    def _remember_replay(
-        self, args: tuple, device: int, leaves: list[Any], kinds: list[int], key: Any
-    ) -> None:
-        """After a replay of arguments that keep their form while they live: the same
-        objects again replay the same graph directly (``__call__``)."""
+    def _note_replay(self, slot: list[Any]) -> None:
+        """Notes in a call's slot the graph it replayed (none if it ran eagerly or was checked
+        against an eager run), for ``__call__`` to replay directly."""
         entry, self._replayed = self._replayed, None
-        if entry is None or self.check:  # ran eagerly, or checked against an eager run
+        if entry is None or self.check:
+            slot[_REPLAYED] = None
             return
-        known = (args, device, entry, entry.version, self._generation, leaves, kinds, key)
-        first = self._replays[0]
-        if (
-            first is not None
-            and len(first[0]) == len(args)
-            and all(map(operator.is_, args, first[0]))
-        ):
-            self._replays[0] = known
-        else:
-            self._replays = [known, first]
+        slot[_REPLAYED] = entry
+        slot[_REPLAYED_VERSION] = entry.version
+        slot[_REPLAYED_GENERATION] = self._generation
 
     def _with(
         self,
@@ -519,7 +514,6 @@ class GraphedStep:
     def clear(self) -> None:
         """Drops every cached graph (and the arguments they hold) and the forms seen."""
         self._recent = [None, None]
-        self._replays = [None, None]
         self._generation += 1
         self._graphs.clear()
         self._seen.clear()
@@ -759,6 +753,7 @@ class GraphedStep:
             self._pins[form] = pins
             key = (form, _pinned_key(leaves, pins))
         self._generation += 1
+        entry.key = key
         self._graphs.setdefault(key, []).insert(0, entry)
         self._graphs.move_to_end(key)
         self._mru = key
