@@ -181,6 +181,7 @@ impl CompiledCode {
                 .allow(driver, &self.kernel, ordinal, dims.shared_mem_bytes)?;
         }
         let function = self.function_in(driver, launch.context)?;
+        crate::submitted::note(params);
         let options = LaunchOptions {
             cooperative: self.cooperative,
             cluster,

@@ -23,6 +23,7 @@ use crate::limits;
 use crate::overloads::{Kernel, Overload, Target};
 use crate::packed::PackedArgs;
 use crate::plan::Plan;
+use crate::repeat::{self, LastLaunch};
 use crate::scratch::Scratch;
 use crate::staging;
 use crate::streams::order_inputs;
@@ -82,6 +83,27 @@ pub(crate) fn launch(
     with_scratch(|scratch| {
         scratch.reset();
         scratch.streams.launch_stream = dims.stream;
+        // A launch like one of the last two (not while this thread records a graph, whose
+        // nodes need every argument classified; without arguments there is nothing to save).
+        let table_id = kernel.table_id();
+        let remembering = !args.is_empty() && graphs::capture_stream().is_none();
+        if remembering {
+            if let Some(last) = repeat::find(table_id, context.context, args, names, scratch) {
+                let launched = launch_again(
+                    py,
+                    driver,
+                    &context,
+                    compute_capability,
+                    dims,
+                    config,
+                    names,
+                    &last,
+                    scratch,
+                );
+                repeat::keep(last);
+                return launched;
+            }
+        }
         let Some(overload) = resolve(
             py,
             kernel_object,
@@ -104,7 +126,11 @@ pub(crate) fn launch(
                     dims,
                     cluster: config.cluster,
                 };
-                launch.run(py, driver, kernel_object, names, args, scratch)
+                launch.run(py, driver, kernel_object, names, args, scratch)?;
+                if remembering {
+                    repeat::remember(table_id, context.context, &overload, args, names, scratch);
+                }
+                Ok(())
             }
             (Target::Python(callable), _) => {
                 graphs::hold_if_capturing(dims.stream, args);
@@ -202,6 +228,42 @@ fn miss(
         .find(&scratch.fingerprint, compute_capability)
         .map(Some)
         .ok_or_else(|| Error::Value("the kernel registered no overload for these arguments".into()))
+}
+
+/// A launch like a remembered one: its overload and packed parameters, with the slots of
+/// the arguments that may differ rewritten (`repeat.rs`); then prepare and submit as
+/// [`Compiled::run`] does (no records, no graph being recorded: not remembered otherwise).
+#[allow(clippy::too_many_arguments)]
+fn launch_again(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    context: &LaunchContext,
+    compute_capability: u32,
+    dims: &LaunchDims,
+    config: &LaunchConfig,
+    names: &[String],
+    last: &LastLaunch,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let Target::Compiled(code) = &last.overload.target else {
+        return Err(Error::Value(
+            "a remembered launch has no compiled code".into(),
+        ));
+    };
+    let dims = &check_and_order(py, driver, context, dims, names, scratch)?;
+    limits::prepare_cluster(
+        driver,
+        &code.kernel,
+        &code.clusters,
+        context.ordinal,
+        compute_capability,
+        config.cluster,
+    )?;
+    // SAFETY: the parameters were packed by this overload's plan for arguments of these
+    // fingerprints, and those that may differ were packed again for these arguments (see
+    // `repeat.rs`); the argument objects (and any DLPack capsules in the scratch) are alive
+    // until the launch is submitted.
+    unsafe { code.submit(py, driver, context, dims, config.cluster, &last.params) }
 }
 
 /// **Prepare**, the part every target needs: the arrays' devices checked against the

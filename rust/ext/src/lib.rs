@@ -19,11 +19,13 @@ mod numba_types;
 mod overloads;
 mod packed;
 mod plan;
+mod repeat;
 mod scalar;
 mod scratch;
 mod staging;
 mod step_form;
 mod streams;
+mod submitted;
 
 use pyo3::prelude::*;
 
@@ -49,6 +51,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(followed_capture::end_followed_capture, m)?)?;
     m.add_function(wrap_pyfunction!(followed_capture::followed_capture, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::classify, m)?)?;
+    m.add_function(wrap_pyfunction!(submitted::_keep_submitted, m)?)?;
+    m.add_function(wrap_pyfunction!(submitted::_submitted, m)?)?;
+    m.add_function(wrap_pyfunction!(repeat::_remembered_launches, m)?)?;
     m.add_function(wrap_pyfunction!(code::set_release_gil, m)?)?;
     m.add_function(wrap_pyfunction!(code::releases_gil, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::describe, m)?)?;

@@ -63,7 +63,13 @@ pub struct Kernel {
     pub(crate) may_have_pre_launch_callbacks: AtomicBool,
     /// `kernel[...]` as numba-cuda caches it: one launcher per configuration.
     pub(crate) configurations: Configurations,
+    /// Names this kernel's overload table for launches remembered on a thread (`repeat.rs`):
+    /// unique in the process, and renewed when the table is cleared.
+    table_id: AtomicU64,
 }
+
+/// Where overload table ids come from (see [`Kernel::table_id`]).
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Kernel {
     pub(crate) fn empty() -> Kernel {
@@ -77,7 +83,15 @@ impl Kernel {
             low_occupancy_settled: AtomicBool::new(false),
             may_have_pre_launch_callbacks: AtomicBool::new(false),
             configurations: Configurations::new(),
+            table_id: AtomicU64::new(NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed)),
         }
+    }
+
+    /// The id of this kernel's overload table as it is now: a launch remembered under
+    /// another id used an overload this kernel no longer has.
+    #[inline]
+    pub(crate) fn table_id(&self) -> u64 {
+        self.table_id.load(Ordering::Relaxed)
     }
 
     /// Adds an overload for `fingerprint` on devices of `compute_capability`, unless another
@@ -181,6 +195,8 @@ impl Kernel {
         let _guard = self.register_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.overloads.store(Arc::new(Vec::new()));
         self.last_hit.store(0, Ordering::Relaxed);
+        let renewed = NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed);
+        self.table_id.store(renewed, Ordering::Relaxed);
     }
 
     pub(crate) fn count(&self) -> usize {

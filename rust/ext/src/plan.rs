@@ -40,6 +40,11 @@ impl Plan {
         }
     }
 
+    /// Parameter `index` (a flattened value's), if the plan has it.
+    pub(crate) fn param(&self, index: usize) -> Option<Param> {
+        self.params.get(index).copied()
+    }
+
     /// Checks that arguments with this fingerprint can be packed by this plan: same
     /// count, arrays where arrays are expected with the same ndim, scalars for scalars
     /// (enum members and datetimes are scalars; tuple headers stand for no parameter).

@@ -173,13 +173,12 @@ impl Value {
     /// slots of its flattened parameters (two for complex). Integers wrap to the target
     /// width as ctypes does; floats do not convert to integers, nor complex to reals.
     pub(crate) fn convert(self, target: Scalar) -> std::result::Result<[u64; 2], String> {
-        let refuse = || {
-            Err(format!(
-                "cannot pass {} to a parameter of type {}",
-                self.kind_name(),
-                target.numba_name()
-            ))
-        };
+        self.slots_for(target).ok_or_else(|| self.refusal(target))
+    }
+
+    /// [`Value::convert`]'s slots; `None` where it refuses.
+    #[inline]
+    pub(crate) fn slots_for(self, target: Scalar) -> Option<[u64; 2]> {
         let int = match self {
             Value::Bool(b) => Some(i128::from(b)),
             Value::Int(i) => Some(i),
@@ -188,45 +187,45 @@ impl Value {
         let bits = match target {
             Scalar::Bool => match int {
                 Some(i) => u64::from(i != 0),
-                None => return refuse(),
+                None => return None,
             },
             Scalar::I8 | Scalar::U8 => match int {
                 Some(i) => u64::from(i as u8),
-                None => return refuse(),
+                None => return None,
             },
             Scalar::I16 | Scalar::U16 => match int {
                 Some(i) => u64::from(i as u16),
-                None => return refuse(),
+                None => return None,
             },
             Scalar::I32 | Scalar::U32 => match int {
                 Some(i) => u64::from(i as u32),
-                None => return refuse(),
+                None => return None,
             },
             Scalar::I64 | Scalar::U64 => match int {
                 Some(i) => i as u64,
-                None => return refuse(),
+                None => return None,
             },
             Scalar::F16 => match self {
                 Value::Half(bits) => u64::from(bits),
                 _ => match self.as_f64() {
                     Some(f) => u64::from(f64_to_half(f)),
-                    None => return refuse(),
+                    None => return None,
                 },
             },
             Scalar::F32 => match self.as_f64() {
                 Some(f) => u64::from((f as f32).to_bits()),
-                None => return refuse(),
+                None => return None,
             },
             Scalar::F64 => match self.as_f64() {
                 Some(f) => f.to_bits(),
-                None => return refuse(),
+                None => return None,
             },
             Scalar::C64 | Scalar::C128 => {
                 let (re, im) = match self {
                     Value::Complex(re, im) => (re, im),
                     real => (real.as_f64().unwrap_or(0.0), 0.0),
                 };
-                return Ok(if target == Scalar::C64 {
+                return Some(if target == Scalar::C64 {
                     [
                         u64::from((re as f32).to_bits()),
                         u64::from((im as f32).to_bits()),
@@ -236,7 +235,16 @@ impl Value {
                 });
             }
         };
-        Ok([bits, 0])
+        Some([bits, 0])
+    }
+
+    #[cold]
+    fn refusal(self, target: Scalar) -> String {
+        format!(
+            "cannot pass {} to a parameter of type {}",
+            self.kind_name(),
+            target.numba_name()
+        )
     }
 
     fn kind_name(self) -> &'static str {

@@ -45,24 +45,29 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
     )
 }
 
-/// Whether `arg` still has the shape it had when `known` was read: only the shape of a CuPy
-/// array can change in place, and only to one of the same size, so a 1-D array keeps its
-/// shape while it stays 1-D.
+/// Whether `arg` still has the shape it had when `known` was read.
 #[inline]
 fn same_shape(arg: &Bound<'_, PyAny>, known: &KnownArray) -> PyResult<bool> {
+    has_shape(arg, known.shape())
+}
+
+/// Whether CuPy array `arg` has `shape`: only the shape of a CuPy array can change in place,
+/// and only to one of the same size, so a 1-D array keeps its shape while it stays 1-D.
+#[inline]
+pub(super) fn has_shape(arg: &Bound<'_, PyAny>, expected: &[i64]) -> PyResult<bool> {
     let py = arg.py();
-    if known.ndim() == 1 {
+    if expected.len() == 1 {
         return Ok(int_as_u64(&arg.getattr(intern!(py, "ndim"))?)? == 1);
     }
     let shape = arg.getattr(intern!(py, "shape"))?;
     let Ok(shape) = shape.cast::<PyTuple>() else {
         return Ok(false);
     };
-    if shape.len() != known.ndim() {
+    if shape.len() != expected.len() {
         return Ok(false);
     }
-    for (item, &expected) in shape.iter().zip(known.shape()) {
-        if item.extract::<i64>().ok() != Some(expected) {
+    for (item, &extent) in shape.iter().zip(expected) {
+        if item.extract::<i64>().ok() != Some(extent) {
             return Ok(false);
         }
     }

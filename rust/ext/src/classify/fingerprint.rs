@@ -46,7 +46,13 @@ pub(crate) const READONLY_FLAG: u8 = 4;
 /// A scalar of type `scalar`.
 #[inline]
 pub(crate) fn push_scalar(fingerprint: &mut Vec<u8>, scalar: Scalar) {
-    fingerprint.push(scalar as u8);
+    fingerprint.push(scalar_byte(scalar));
+}
+
+/// The one fingerprint byte of a scalar.
+#[inline]
+pub(crate) fn scalar_byte(scalar: Scalar) -> u8 {
+    scalar as u8
 }
 
 /// An array of `scalar` elements, `ndim` dimensions (at most `MAX_NDIM`), `layout`.

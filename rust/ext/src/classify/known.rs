@@ -124,10 +124,6 @@ impl KnownArray {
         &self.dims[..self.array.ndim]
     }
 
-    pub(super) fn ndim(&self) -> usize {
-        self.array.ndim
-    }
-
     /// Pushes the array again.
     #[inline]
     pub(super) fn push(&self, scratch: &mut Scratch) {

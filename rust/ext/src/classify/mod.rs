@@ -15,7 +15,8 @@
 //! - `aggregates`: tuples, named tuples and enum members;
 //! - `classes`: the process-wide ids of classes that are part of a numba type;
 //! - `records`: structured NumPy scalars;
-//! - `arrays`: what every array source shares (shape, strides, layout, dtypes).
+//! - `arrays`: what every array source shares (shape, strides, layout, dtypes);
+//! - `recheck`: what a launch like the last one (`repeat.rs`) checks of its arguments.
 //!
 //! Adding a source: a file with its `read` function, a [`Strategy`] variant, its arm in
 //! [`read_arg`], and its test in [`resolve_strategy`] (in the order the sources are tried).
@@ -30,6 +31,7 @@ mod dlpack;
 pub(crate) mod fingerprint;
 mod known;
 mod numba;
+mod recheck;
 mod records;
 mod scalars;
 
@@ -46,6 +48,7 @@ use crate::scratch::{ArgValue, ArrayArg, RecordCopy, Scratch, ValueAt};
 
 #[cfg(test)]
 pub(crate) use arrays::MAX_NDIM;
+pub(crate) use recheck::{ScalarReader, Unchanged};
 
 impl ValueAt {
     fn next(scratch: &Scratch, at: Position<'_>) -> ValueAt {

@@ -77,7 +77,7 @@ pub(super) fn read_int(
 
 /// Whether NumPy scalar objects store their value right after the object header
 /// (NumPy's `Py<Type>ScalarObject { PyObject_HEAD; obval; }`), checked once.
-fn numpy_scalar_layout_known(py: Python<'_>) -> bool {
+pub(super) fn numpy_layout_known(py: Python<'_>) -> bool {
     static KNOWN: OnceLock<bool> = OnceLock::new();
     *KNOWN.get_or_init(|| {
         let probe = || -> PyResult<bool> {
@@ -129,39 +129,17 @@ pub(super) fn read_numpy(
     scalar: Scalar,
     scratch: &mut Scratch,
 ) -> Result<()> {
-    let value = read_numpy_scalar(arg, scalar)?;
+    let value = numpy_value(arg, scalar)?;
     push(scratch, scalar, value)
 }
 
-fn read_numpy_scalar(arg: &Bound<'_, PyAny>, scalar: Scalar) -> Result<Value> {
-    if numpy_scalar_layout_known(arg.py()) {
+/// The value of a NumPy scalar of dtype `scalar`.
+#[inline]
+pub(super) fn numpy_value(arg: &Bound<'_, PyAny>, scalar: Scalar) -> Result<Value> {
+    if numpy_layout_known(arg.py()) {
         // SAFETY: the strategy was chosen because `arg` is a NumPy scalar of dtype `scalar`,
         // whose value follows the header (checked once above).
-        let value = unsafe {
-            match scalar {
-                Scalar::Bool => Value::Bool(read_after_header::<u8>(arg) != 0),
-                Scalar::I8 => Value::Int(read_after_header::<i8>(arg).into()),
-                Scalar::I16 => Value::Int(read_after_header::<i16>(arg).into()),
-                Scalar::I32 => Value::Int(read_after_header::<i32>(arg).into()),
-                Scalar::I64 => Value::Int(read_after_header::<i64>(arg).into()),
-                Scalar::U8 => Value::Int(read_after_header::<u8>(arg).into()),
-                Scalar::U16 => Value::Int(read_after_header::<u16>(arg).into()),
-                Scalar::U32 => Value::Int(read_after_header::<u32>(arg).into()),
-                Scalar::U64 => Value::Int(read_after_header::<u64>(arg).into()),
-                Scalar::F16 => Value::Half(read_after_header::<u16>(arg)),
-                Scalar::F32 => Value::Float(read_after_header::<f32>(arg).into()),
-                Scalar::F64 => Value::Float(read_after_header::<f64>(arg)),
-                Scalar::C64 => {
-                    let [re, im] = read_after_header::<[f32; 2]>(arg);
-                    Value::Complex(re.into(), im.into())
-                }
-                Scalar::C128 => {
-                    let [re, im] = read_after_header::<[f64; 2]>(arg);
-                    Value::Complex(re, im)
-                }
-            }
-        };
-        return Ok(value);
+        return Ok(unsafe { numpy_value_after_header(arg, scalar) });
     }
     // Unknown layout: ask Python.
     let item = arg.call_method0("item")?;
@@ -175,6 +153,39 @@ fn read_numpy_scalar(arg: &Bound<'_, PyAny>, scalar: Scalar) -> Result<Value> {
         }
         _ => Value::Int(item.extract()?),
     })
+}
+
+/// The value of NumPy scalar `arg`, read after its header.
+///
+/// # Safety
+/// `arg` must be a NumPy scalar of dtype `scalar`, and [`numpy_layout_known`] true.
+#[inline]
+pub(super) unsafe fn numpy_value_after_header(arg: &Bound<'_, PyAny>, scalar: Scalar) -> Value {
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        match scalar {
+            Scalar::Bool => Value::Bool(read_after_header::<u8>(arg) != 0),
+            Scalar::I8 => Value::Int(read_after_header::<i8>(arg).into()),
+            Scalar::I16 => Value::Int(read_after_header::<i16>(arg).into()),
+            Scalar::I32 => Value::Int(read_after_header::<i32>(arg).into()),
+            Scalar::I64 => Value::Int(read_after_header::<i64>(arg).into()),
+            Scalar::U8 => Value::Int(read_after_header::<u8>(arg).into()),
+            Scalar::U16 => Value::Int(read_after_header::<u16>(arg).into()),
+            Scalar::U32 => Value::Int(read_after_header::<u32>(arg).into()),
+            Scalar::U64 => Value::Int(read_after_header::<u64>(arg).into()),
+            Scalar::F16 => Value::Half(read_after_header::<u16>(arg)),
+            Scalar::F32 => Value::Float(read_after_header::<f32>(arg).into()),
+            Scalar::F64 => Value::Float(read_after_header::<f64>(arg)),
+            Scalar::C64 => {
+                let [re, im] = read_after_header::<[f32; 2]>(arg);
+                Value::Complex(re.into(), im.into())
+            }
+            Scalar::C128 => {
+                let [re, im] = read_after_header::<[f64; 2]>(arg);
+                Value::Complex(re, im)
+            }
+        }
+    }
 }
 
 mod num_complex_free {

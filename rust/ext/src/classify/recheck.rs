@@ -1,0 +1,172 @@
+//! What a launch remembered from the last (`repeat.rs`) needs from classification: a proof
+//! that an array argument is still as it was read, for the sources whose objects cannot
+//! change (numba device arrays) or can be checked cheaply (a CuPy array's shape), and a
+//! scalar's kind and value read with no scratch.
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use smallvec::SmallVec;
+
+use super::fingerprint::{scalar_byte, ARRAY_TAG};
+use super::{cached_strategy, cupy, scalars, Scratch, Strategy};
+use crate::scalar::{Scalar, Value};
+
+/// An array argument proven unchanged when the very same object comes back: the weak
+/// reference proves the address still holds it (see `known.rs`).
+pub(crate) struct Unchanged {
+    address: usize,
+    weak: Py<PyAny>,
+    kind: UnchangedKind,
+}
+
+enum UnchangedKind {
+    /// numba-cuda device arrays never change their memory, shape, strides or dtype.
+    NumbaArray,
+    /// A CuPy array's pointer and dtype are fixed; its shape can be assigned in place.
+    CupyArray { shape: SmallVec<[i64; 4]> },
+}
+
+impl Unchanged {
+    /// The proof for `arg`, read with `fingerprint` (its bytes) and `shape`, when its source
+    /// has one; `None` for every other argument (read again on each launch).
+    pub(crate) fn of(arg: &Bound<'_, PyAny>, fingerprint: &[u8], shape: &[i64]) -> Option<Self> {
+        if fingerprint.first() != Some(&ARRAY_TAG) {
+            return None;
+        }
+        // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+        let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
+        let kind = match cached_strategy(type_ptr)? {
+            Strategy::NumbaDeviceArray => UnchangedKind::NumbaArray,
+            Strategy::CupyArray => UnchangedKind::CupyArray {
+                shape: shape.into(),
+            },
+            _ => return None,
+        };
+        // SAFETY: `arg` is a valid object; NewRef returns a new reference, or null with an
+        // exception set for types without weak references, which is cleared.
+        let weak = unsafe { ffi::PyWeakref_NewRef(arg.as_ptr(), std::ptr::null_mut()) };
+        if weak.is_null() {
+            // SAFETY: clearing the exception NewRef just set.
+            unsafe { ffi::PyErr_Clear() };
+            return None;
+        }
+        Some(Unchanged {
+            address: arg.as_ptr() as usize,
+            // SAFETY: a new, owned reference.
+            weak: unsafe { Bound::from_owned_ptr(arg.py(), weak) }.unbind(),
+            kind,
+        })
+    }
+
+    /// Whether `arg` is the object proven and still as it was; a CuPy array also makes
+    /// CuPy's current stream count for the launch's ordering, as reading it does.
+    #[inline]
+    pub(crate) fn holds(&self, arg: &Bound<'_, PyAny>, scratch: &mut Scratch) -> bool {
+        if arg.as_ptr() as usize != self.address {
+            return false;
+        }
+        // SAFETY: `weak` is a live weak reference object; GetObject returns a borrowed
+        // reference to the referent, or None once it has died.
+        let target = unsafe { ffi::PyWeakref_GetObject(self.weak.as_ptr()) };
+        if target as usize != self.address {
+            return false;
+        }
+        match &self.kind {
+            UnchangedKind::NumbaArray => true,
+            UnchangedKind::CupyArray { shape } => {
+                scratch.streams.has_cupy = true;
+                cupy::has_shape(arg, shape).unwrap_or(false)
+            }
+        }
+    }
+}
+
+/// How a scalar argument is read again: by its exact type, the value then read straight
+/// from the object (Python `float`, `int` within int64, `bool`, `complex`; NumPy scalars of
+/// a packed dtype, when NumPy's layout is the known one).
+#[derive(Clone, Copy)]
+pub(crate) struct ScalarReader {
+    type_ptr: usize,
+    source: ScalarSource,
+    /// Its fingerprint byte.
+    kind: u8,
+}
+
+#[derive(Clone, Copy)]
+enum ScalarSource {
+    Float,
+    Int,
+    Bool,
+    Complex,
+    Numpy(Scalar),
+}
+
+/// The address of a static builtin type object.
+fn builtin(type_object: *mut ffi::PyTypeObject) -> usize {
+    type_object as usize
+}
+
+impl ScalarReader {
+    /// The reader for scalars of `arg`'s type, if it has one.
+    pub(crate) fn of(arg: &Bound<'_, PyAny>) -> Option<ScalarReader> {
+        // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+        let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
+        let (source, scalar) = if type_ptr == builtin(&raw mut ffi::PyFloat_Type) {
+            (ScalarSource::Float, Scalar::F64)
+        } else if type_ptr == builtin(&raw mut ffi::PyLong_Type) {
+            (ScalarSource::Int, Scalar::I64)
+        } else if type_ptr == builtin(&raw mut ffi::PyBool_Type) {
+            (ScalarSource::Bool, Scalar::Bool)
+        } else if type_ptr == builtin(&raw mut ffi::PyComplex_Type) {
+            (ScalarSource::Complex, Scalar::C128)
+        } else {
+            match cached_strategy(type_ptr)? {
+                Strategy::NumpyScalar(scalar) if scalars::numpy_layout_known(arg.py()) => {
+                    (ScalarSource::Numpy(scalar), scalar)
+                }
+                _ => return None,
+            }
+        };
+        Some(ScalarReader {
+            type_ptr,
+            source,
+            kind: scalar_byte(scalar),
+        })
+    }
+
+    /// The fingerprint byte of the scalars read.
+    pub(crate) fn kind(&self) -> u8 {
+        self.kind
+    }
+
+    /// `arg`'s value, if it is of this reader's type (and an int within int64).
+    #[inline(always)]
+    pub(crate) fn read(&self, arg: &Bound<'_, PyAny>) -> Option<Value> {
+        let object = arg.as_ptr();
+        // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+        if unsafe { ffi::Py_TYPE(object) } as usize != self.type_ptr {
+            return None;
+        }
+        // SAFETY: `arg` is exactly of the type this reader was made for, so its value is
+        // read as that type's.
+        unsafe {
+            Some(match self.source {
+                ScalarSource::Float => Value::Float(ffi::PyFloat_AsDouble(object)),
+                ScalarSource::Int => {
+                    let mut overflow = 0;
+                    let value = ffi::PyLong_AsLongLongAndOverflow(object, &mut overflow);
+                    if overflow != 0 {
+                        return None; // uint64, or too large: the full read decides
+                    }
+                    Value::Int(i128::from(value))
+                }
+                ScalarSource::Bool => Value::Bool(object == ffi::Py_True()),
+                ScalarSource::Complex => Value::Complex(
+                    ffi::PyComplex_RealAsDouble(object),
+                    ffi::PyComplex_ImagAsDouble(object),
+                ),
+                ScalarSource::Numpy(scalar) => scalars::numpy_value_after_header(arg, scalar),
+            })
+        }
+    }
+}

@@ -1,0 +1,419 @@
+//! Launches like the last: each thread remembers the last two launches of each of a few
+//! kernels with their packed parameters, so that a launch passing the same arrays again
+//! (the loop `k[grid, block](a, b, x)`, or `a` and `b` swapped) checks each argument
+//! and rewrites only the slots that can differ, instead of classifying, looking up the
+//! overload and packing everything.
+//!
+//! Per argument, what was remembered decides the check:
+//! - an array proven unchanged when it is the same object (numba device arrays; CuPy arrays
+//!   whose shape is the same, see `classify::Unchanged`): nothing to rewrite;
+//! - a scalar read by exact type: the same kind (fingerprint byte), its value rewritten;
+//! - anything else (torch tensors, which can change in place through `set_()`, tuples,
+//!   ...): read again as a launch reads it, its fingerprint bytes compared, its slots
+//!   repacked.
+//!
+//! A launch that does not match runs the full path (which raises what it would have raised)
+//! and is remembered in place of the older of that kernel's two. Launches with records, with
+//! arguments only numba-cuda passes, or recorded into a `fastlaunch.graph()` are not
+//! remembered.
+
+use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::Arc;
+
+use fastlaunch_driver::{self as driver, ParamBuffer};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use smallvec::SmallVec;
+
+use crate::classify::fingerprint::split_arguments;
+use crate::classify::{read_arg, Position, ScalarReader, Unchanged};
+use crate::overloads::Overload;
+use crate::plan::{Param, Plan};
+use crate::scalar::{Scalar, Value};
+use crate::scratch::{ArgValue, Scratch};
+
+/// Launches remembered per thread, all kernels together; the least recently used leaves.
+const REMEMBERED: usize = 16;
+/// Launches remembered per kernel: two, for loops that swap two arrays each step.
+const PER_KERNEL: usize = 2;
+
+/// How one argument of a remembered launch is checked when it comes again.
+enum ArgCheck {
+    Unchanged(Unchanged),
+    /// A scalar of the reader's type, converted to `target` into `slot` (and the next slot
+    /// for a complex target).
+    Scalar {
+        reader: ScalarReader,
+        target: Scalar,
+        slot: usize,
+    },
+    /// Read again: its fingerprint bytes (a range of the launch's) must be the same; its
+    /// values (from `first_value` in the plan) are packed into `slots`.
+    Read {
+        fingerprint: Range<usize>,
+        first_value: usize,
+        slots: Range<usize>,
+    },
+}
+
+/// A launch remembered with its packed parameters.
+pub(crate) struct LastLaunch {
+    /// The kernel's overload table it was found in (`Kernel::table_id`).
+    table_id: u64,
+    context: driver::Context,
+    pub(crate) overload: Arc<Overload>,
+    /// The packed parameters, their pointer array prepared.
+    pub(crate) params: ParamBuffer,
+    fingerprint: Box<[u8]>,
+    args: Vec<ArgCheck>,
+    last_used: u64,
+}
+
+#[derive(Default)]
+struct Remembered {
+    launches: Vec<LastLaunch>,
+    clock: u64,
+    /// Launches that matched a remembered one (`_remembered_launches`, for tests).
+    hits: u64,
+}
+
+thread_local! {
+    static REMEMBERED_LAUNCHES: RefCell<Remembered> = RefCell::new(Remembered::default());
+}
+
+/// The kernel's remembered launches (at most [`PER_KERNEL`]) for this context, taken out
+/// of the thread's table while they are checked (a launch made from Python code run by a
+/// check finds none).
+fn take(table_id: u64, context: driver::Context) -> SmallVec<[LastLaunch; PER_KERNEL]> {
+    let mut taken = SmallVec::new();
+    REMEMBERED_LAUNCHES.with(|cell| {
+        let Ok(mut remembered) = cell.try_borrow_mut() else {
+            return;
+        };
+        let mut index = 0;
+        while index < remembered.launches.len() {
+            let launch = &remembered.launches[index];
+            if launch.table_id == table_id && launch.context == context {
+                taken.push(remembered.launches.swap_remove(index));
+            } else {
+                index += 1;
+            }
+        }
+    });
+    taken
+}
+
+/// Puts launches back into the thread's table, those paired with `true` marked as used now;
+/// `hit`: one of them was launched again.
+fn put_back(launches: impl IntoIterator<Item = (LastLaunch, bool)>, hit: bool) {
+    REMEMBERED_LAUNCHES.with(|cell| {
+        let Ok(mut remembered) = cell.try_borrow_mut() else {
+            return;
+        };
+        remembered.clock += 1;
+        remembered.hits += u64::from(hit);
+        let now = remembered.clock;
+        for (mut launch, used) in launches {
+            if used {
+                launch.last_used = now;
+            }
+            if remembered.launches.len() >= REMEMBERED {
+                let oldest = (0..remembered.launches.len())
+                    .min_by_key(|&i| remembered.launches[i].last_used)
+                    .unwrap_or(0);
+                remembered.launches.swap_remove(oldest);
+            }
+            remembered.launches.push(launch);
+        }
+    });
+}
+
+/// A remembered launch of this kernel that `args` match, with its slots rewritten for them
+/// and `scratch` holding what the rest of the launch reads (streams, devices); the caller
+/// gives it back with [`keep`]. `None`: none matches (`scratch` is then reset).
+#[inline]
+pub(crate) fn find(
+    table_id: u64,
+    context: driver::Context,
+    args: &Bound<'_, PyTuple>,
+    names: &[String],
+    scratch: &mut Scratch,
+) -> Option<LastLaunch> {
+    let mut candidates = take(table_id, context);
+    if candidates.is_empty() {
+        return None;
+    }
+    // The most recently used first: in a loop of swapped arrays, the other one.
+    candidates.sort_unstable_by_key(|launch| std::cmp::Reverse(launch.last_used));
+    let mut found = None;
+    for (index, launch) in candidates.iter_mut().enumerate() {
+        if launch.refill(args, names, scratch) {
+            found = Some(index);
+            break;
+        }
+        reset_keeping_stream(scratch);
+    }
+    let found = found.map(|index| candidates.remove(index));
+    put_back(candidates.into_iter().map(|launch| (launch, false)), false);
+    found
+}
+
+/// Gives back the launch [`find`] returned, as the most recently used.
+pub(crate) fn keep(launch: LastLaunch) {
+    put_back([(launch, true)], true);
+}
+
+fn reset_keeping_stream(scratch: &mut Scratch) {
+    let stream = scratch.streams.launch_stream;
+    scratch.reset();
+    scratch.streams.launch_stream = stream;
+}
+
+impl LastLaunch {
+    /// Whether `args` launch as this did: each checked as remembered, the slots of those
+    /// that may differ rewritten. Any doubt (a different type, kind or shape, an error while
+    /// reading) is a miss: the full path decides, and raises what it raises.
+    #[inline]
+    fn refill(
+        &mut self,
+        args: &Bound<'_, PyTuple>,
+        names: &[String],
+        scratch: &mut Scratch,
+    ) -> bool {
+        if args.len() != self.args.len() {
+            return false;
+        }
+        let plan = match &self.overload.plan {
+            Some(plan) => plan,
+            None => return false,
+        };
+        for (index, (arg, check)) in args.iter_borrowed().zip(&self.args).enumerate() {
+            let matches = match check {
+                ArgCheck::Unchanged(proof) => proof.holds(&arg, scratch),
+                ArgCheck::Scalar {
+                    reader,
+                    target,
+                    slot,
+                } => match reader.read(&arg).and_then(|value| slots_of(value, *target)) {
+                    Some(converted) => {
+                        let slots = self.params.slots_mut();
+                        slots[*slot] = converted[0];
+                        if target.is_complex() {
+                            slots[*slot + 1] = converted[1];
+                        }
+                        true
+                    }
+                    None => false,
+                },
+                ArgCheck::Read {
+                    fingerprint,
+                    first_value,
+                    slots,
+                } => {
+                    let at = Position {
+                        index,
+                        name: names.get(index).map_or("", String::as_str),
+                    };
+                    read_again(
+                        &arg,
+                        at,
+                        (&self.fingerprint[fingerprint.clone()], *first_value),
+                        plan,
+                        names,
+                        scratch,
+                    )
+                    .is_some_and(|packed| {
+                        let fits = packed.len() == slots.len();
+                        if fits {
+                            self.params.slots_mut()[slots.clone()].copy_from_slice(packed);
+                        }
+                        fits
+                    })
+                }
+            };
+            if !matches {
+                return false;
+            }
+        }
+        !scratch.needs_numba && scratch.records.copies.is_empty()
+    }
+}
+
+/// `value`'s parameter slots for `target`: floats (the common case: many float
+/// parameters) without the general conversion.
+#[inline(always)]
+fn slots_of(value: Value, target: Scalar) -> Option<[u64; 2]> {
+    match (value, target) {
+        (Value::Float(float), Scalar::F64) => Some([float.to_bits(), 0]),
+        (Value::Float(float), Scalar::F32) => Some([u64::from((float as f32).to_bits()), 0]),
+        (value, target) => value.slots_for(target),
+    }
+}
+
+/// Reads `arg` into `scratch` as a launch does and packs its values with `plan`; the packed
+/// slots, if its fingerprint bytes are `expected` and it packs.
+#[inline]
+fn read_again<'s>(
+    arg: &Bound<'_, PyAny>,
+    at: Position<'_>,
+    (expected, first_value): (&[u8], usize),
+    plan: &Plan,
+    names: &[String],
+    scratch: &'s mut Scratch,
+) -> Option<&'s [u64]> {
+    let (fingerprint_start, values_start) = (scratch.fingerprint.len(), scratch.values.len());
+    read_arg(arg, at, scratch).ok()?;
+    if scratch.fingerprint.get(fingerprint_start..)? != expected {
+        return None;
+    }
+    scratch.params.clear();
+    for (offset, value) in scratch.values[values_start..].iter().enumerate() {
+        plan.pack_one(
+            first_value + offset,
+            value,
+            &scratch.dims,
+            names,
+            &mut scratch.params,
+        )
+        .ok()?;
+    }
+    Some(scratch.params.slots())
+}
+
+/// Remembers a launch that just ran the full path with `overload`, from what `scratch`
+/// holds of it, in place of the least recently used of this kernel's (or any kernel's).
+pub(crate) fn remember(
+    table_id: u64,
+    context: driver::Context,
+    overload: &Arc<Overload>,
+    args: &Bound<'_, PyTuple>,
+    names: &[String],
+    scratch: &mut Scratch,
+) {
+    let Some(plan) = &overload.plan else { return };
+    if scratch.needs_numba || !scratch.records.copies.is_empty() {
+        return;
+    }
+    let Some(launch) = LastLaunch::new(table_id, context, overload, plan, args, names, scratch)
+    else {
+        return;
+    };
+    let mut mine = take(table_id, context);
+    if mine.len() >= PER_KERNEL {
+        mine.sort_unstable_by_key(|launch| launch.last_used);
+        mine.remove(0);
+    }
+    let others = mine.into_iter().map(|launch| (launch, false));
+    put_back(others.chain([(launch, true)]), false);
+}
+
+impl LastLaunch {
+    /// The launch classified in `scratch`, packed again argument by argument (`None` when
+    /// its parts do not line up with the plan, which the launch would have refused).
+    fn new(
+        table_id: u64,
+        context: driver::Context,
+        overload: &Arc<Overload>,
+        plan: &Plan,
+        args: &Bound<'_, PyTuple>,
+        names: &[String],
+        scratch: &Scratch,
+    ) -> Option<LastLaunch> {
+        let (parts, value_counts) = split_arguments(&scratch.fingerprint);
+        if parts.len() != args.len() {
+            return None;
+        }
+        let mut params = ParamBuffer::with_capacity(scratch.params.len());
+        let mut checks = Vec::with_capacity(parts.len());
+        let (mut first_value, mut fingerprint_at) = (0, 0);
+        for ((arg, part), count) in args.iter_borrowed().zip(&parts).zip(value_counts) {
+            let slots_start = params.len();
+            let values = scratch.values.get(first_value..first_value + count)?;
+            for (offset, value) in values.iter().enumerate() {
+                plan.pack_one(
+                    first_value + offset,
+                    value,
+                    &scratch.dims,
+                    names,
+                    &mut params,
+                )
+                .ok()?;
+            }
+            let slots = slots_start..params.len();
+            let fingerprint = fingerprint_at..fingerprint_at + part.len();
+            checks.push(check_for(
+                &arg,
+                part,
+                values,
+                first_value,
+                plan,
+                scratch,
+                fingerprint,
+                slots,
+            ));
+            first_value += count;
+            fingerprint_at += part.len();
+        }
+        params.prepare();
+        Some(LastLaunch {
+            table_id,
+            context,
+            overload: overload.clone(),
+            params,
+            fingerprint: scratch.fingerprint.as_slice().into(),
+            args: checks,
+            last_used: 0,
+        })
+    }
+}
+
+/// How `arg` (fingerprint bytes `part`, classified as `values`) is checked when it comes again.
+#[allow(clippy::too_many_arguments)]
+fn check_for(
+    arg: &Bound<'_, PyAny>,
+    part: &[u8],
+    values: &[ArgValue],
+    first_value: usize,
+    plan: &Plan,
+    scratch: &Scratch,
+    fingerprint: Range<usize>,
+    slots: Range<usize>,
+) -> ArgCheck {
+    if let [ArgValue::Array(array)] = values {
+        let shape = scratch
+            .dims
+            .get(array.dims_at..array.dims_at + array.ndim)
+            .unwrap_or_default();
+        if let Some(proof) = Unchanged::of(arg, part, shape) {
+            return ArgCheck::Unchanged(proof);
+        }
+    }
+    if let ([ArgValue::Scalar(_)], Some(Param::Scalar(target)), Some(reader)) =
+        (values, plan.param(first_value), ScalarReader::of(arg))
+    {
+        let width = if target.is_complex() { 2 } else { 1 };
+        if part == [reader.kind()] && slots.len() == width {
+            return ArgCheck::Scalar {
+                reader,
+                target,
+                slot: slots.start,
+            };
+        }
+    }
+    ArgCheck::Read {
+        fingerprint,
+        first_value,
+        slots,
+    }
+}
+
+/// `(remembered, hits)`: how many launches this thread remembers now, and how many of its
+/// launches matched a remembered one (for tests).
+#[pyfunction]
+pub(crate) fn _remembered_launches() -> (usize, u64) {
+    REMEMBERED_LAUNCHES.with(|cell| {
+        let remembered = cell.borrow();
+        (remembered.launches.len(), remembered.hits)
+    })
+}

@@ -1,0 +1,198 @@
+"""Launches like the last (`rust/ext/src/repeat.rs`): a launch passing the same arrays again
+reuses the last launch's packed parameters, rewriting only what can differ. Checked on the
+stand-in driver, which ignores parameters: `_core._keep_submitted(True)` keeps the slots of
+each submitted launch, and each launch's slots must equal what `_core.pack` packs for its
+arguments from scratch, whatever was remembered."""
+
+from __future__ import annotations
+
+PRELUDE = """
+import gc, struct
+import numpy as np
+from cuda.bindings import driver as bindings
+from numba.cuda.cudadrv import driver as numba_driver
+from numba.cuda.cudadrv.devicearray import DeviceNDArray
+import fastlaunch as fl
+from fastlaunch import _core
+from fastlaunch.dispatcher import numba_type
+
+COMPILED = _core.CompiledKernel(b"fake image", "fake_entry")
+_core._keep_submitted(True)
+
+def device_array(shape, pointer, dtype=np.float32):
+    dtype = np.dtype(dtype)
+    strides = tuple(dtype.itemsize * int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    memory = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(pointer), 1 << 20)
+    return DeviceNDArray(shape, strides, dtype, gpu_data=numba_driver.OwnedPointer(memory))
+
+def kernel_for(count):
+    names = ", ".join(f"a{i}" for i in range(count))
+    namespace = {}
+    exec(f"def k({names}):\\n    pass\\n", namespace)
+    return fl.jit(namespace["k"])
+
+def register(kernel, args, types=None):
+    fingerprint = _core.fingerprint(args)
+    if types is None:
+        types = tuple(numba_type(d) for d in _core.describe(fingerprint))
+    kernel._register(fingerprint, 90, types, COMPILED)
+    return types
+
+def launched_as_packed(kernel, args, types):
+    kernel[1, 1](*args)
+    assert _core._submitted() == _core.pack(types, args), args
+    return True
+
+def hits():
+    return _core._remembered_launches()[1]
+"""
+
+
+def run(run_on_stand_in, body: str) -> list[str]:
+    return run_on_stand_in(PRELUDE + body)
+
+
+def test_the_same_arrays_again_are_launched_from_the_remembered_launch(run_on_stand_in):
+    lines = run(
+        run_on_stand_in,
+        """
+arrays = [device_array((8, 4), 0x1000_0000 + 0x1000 * i) for i in range(26)]
+kernel = kernel_for(26)
+types = register(kernel, tuple(arrays))
+before = hits()
+for _ in range(5):
+    launched_as_packed(kernel, tuple(arrays), types)
+print(hits() - before)
+""",
+    )
+    assert lines == ["4"]  # the first launch is remembered, the next four match it
+
+
+def test_swapped_arrays_match_the_other_remembered_launch(run_on_stand_in):
+    lines = run(
+        run_on_stand_in,
+        """
+u, v = device_array((64,), 0x2000_0000), device_array((64,), 0x3000_0000)
+kernel = kernel_for(3)
+types = register(kernel, (u, v, 0.5))
+before = hits()
+for step in range(6):
+    launched_as_packed(kernel, (u, v, 0.25 * step), types)
+    u, v = v, u
+print(hits() - before)
+""",
+    )
+    assert lines == ["4"]  # two remembered (one per order), then each order matches
+
+
+def test_scalars_are_rewritten_with_each_launch(run_on_stand_in):
+    lines = run(
+        run_on_stand_in,
+        """
+a = device_array((16,), 0x4000_0000)
+kernel = kernel_for(6)
+first = (a, 1.0, 1, True, 1j, np.float32(1))
+types = tuple(numba_type(d) for d in _core.describe(_core.fingerprint(first)))
+types = (types[0], numba_type(("scalar", "float32")), *types[2:])  # a float to float32
+register(kernel, first, types)
+values = [(0.1 * i, i - 3, i % 2 == 0, complex(i, -i), np.float32(i / 3)) for i in range(8)]
+before = hits()
+for scalars in values:
+    launched_as_packed(kernel, (a, *scalars), types)
+print(hits() - before)
+""",
+    )
+    assert lines == ["7"]
+
+
+def test_what_does_not_match_takes_the_full_path(run_on_stand_in):
+    lines = run(
+        run_on_stand_in,
+        """
+kernel = kernel_for(2)
+a, b = device_array((16,), 0x5000_0000), device_array((4, 4), 0x6000_0000)
+as_float = register(kernel, (a, 1.5))
+as_int = register(kernel, (a, 1))
+as_2d = register(kernel, (b, 1.5))
+calls = [((a, 1.5), as_float), ((a, 7), as_int), ((b, 2.5), as_2d), ((a, 3.5), as_float),
+         ((a, 2**62), as_int), ((device_array((16,), 0x5100_0000), 1.5), as_float)]
+for args, types in calls * 2:
+    launched_as_packed(kernel, args, types)
+try:
+    kernel[1, 1](a, "text")
+except Exception as error:
+    print(type(error).__name__)
+print("ok")
+""",
+    )
+    assert lines[-1] == "ok"
+    assert lines[0] in {"TypeError", "ValueError", "ArgumentError", "KernelArgumentError"}
+
+
+def test_a_new_array_at_a_dead_arrays_address_is_read(run_on_stand_in):
+    lines = run(
+        run_on_stand_in,
+        """
+kernel = kernel_for(1)
+types = register(kernel, (device_array((16,), 0x7000_0000),))
+addresses = set()
+for i in range(300):
+    array = device_array((16,), 0x7000_0000 + 0x1000 * i)
+    addresses.add(id(array))
+    launched_as_packed(kernel, (array,), types)
+    launched_as_packed(kernel, (array,), types)
+    del array  # freed at once: its address is free for the next
+print("ok", len(addresses) < 300)
+""",
+    )
+    assert lines == ["ok True"]  # addresses were reused, so the checks meant something
+
+
+def test_a_cleared_kernel_forgets_its_remembered_launches(run_on_stand_in):
+    lines = run(
+        run_on_stand_in,
+        """
+kernel = kernel_for(2)
+a = device_array((16,), 0x8000_0000)
+as_double = register(kernel, (a, 1.5))
+launched_as_packed(kernel, (a, 1.5), as_double)
+launched_as_packed(kernel, (a, 1.5), as_double)
+kernel._clear_overloads()
+as_single = register(kernel, (a, 1.5), (a._numba_type_, numba_type(("scalar", "float32"))))
+launched_as_packed(kernel, (a, 1.5), as_single)  # float32 slots, not the remembered float64
+print("ok")
+""",
+    )
+    assert lines == ["ok"]
+
+
+def test_cupy_arrays_are_checked_for_a_shape_assigned_in_place(run_on_stand_in):
+    lines = run(
+        run_on_stand_in,
+        f"""
+import sys
+sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+import types
+from test_cpu_cupy_arrays import FakeCupyArray
+# CuPy's current stream counts for a launch with CuPy arrays: a stand-in's (the null stream)
+stream_reads = []
+fake_cuda = types.ModuleType("cupy.cuda")
+fake_cuda.get_current_stream = lambda: stream_reads.append(1) or types.SimpleNamespace(ptr=0)
+sys.modules["cupy"] = types.ModuleType("cupy")
+sys.modules["cupy.cuda"] = fake_cuda
+kernel = kernel_for(1)
+array = FakeCupyArray((128,), "float32")
+flat = register(kernel, (array,))
+launched_as_packed(kernel, (array,), flat)
+launched_as_packed(kernel, (array,), flat)
+array.shape = (8, 16)
+square = register(kernel, (array,))
+launched_as_packed(kernel, (array,), square)
+array.shape = (16, 8)
+launched_as_packed(kernel, (array,), square)
+array.shape = (128,)
+launched_as_packed(kernel, (array,), flat)
+print("ok", len(stream_reads))
+""",
+    )
+    assert lines == ["ok 5"]  # CuPy's current stream read on every launch, remembered or not

@@ -1,0 +1,107 @@
+"""Launches like the last (`rust/ext/src/repeat.rs`) on the GPU: loops that pass the same
+arrays again, swap them, change scalars, or change an array in place between launches must
+compute what numba-cuda computes with the same calls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import fastlaunch as fl
+
+pytestmark = pytest.mark.gpu
+
+
+def axpy_body(out, a, x, y):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + y[i]
+
+
+fl_axpy = fl.jit(axpy_body)
+numba_axpy = cuda.jit(axpy_body)
+
+N = 1000
+
+
+def run_loop(kernel, to_device, to_host):
+    """A loop of inline launches over swapped buffers with a changing scalar, each result
+    read back."""
+    rng = np.random.default_rng(7)
+    u = to_device(rng.random(N, dtype=np.float32))
+    v = to_device(rng.random(N, dtype=np.float32))
+    out = to_device(np.zeros(N, dtype=np.float32))
+    results = []
+    for step in range(8):
+        kernel[(N + 127) // 128, 128](out, np.float32(0.5 + step), u, v)
+        results.append(to_host(out).copy())
+        u, v = v, u
+    return results
+
+
+def numba_reference():
+    return run_loop(numba_axpy, cuda.to_device, lambda a: a.copy_to_host())
+
+
+def test_numba_arrays_swapped_in_a_loop():
+    expected = numba_reference()
+    got = run_loop(fl_axpy, cuda.to_device, lambda a: a.copy_to_host())
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(e, g)
+
+
+def test_cupy_and_torch_arrays_swapped_in_a_loop():
+    expected = numba_reference()
+    cupy = pytest.importorskip("cupy")
+    got = run_loop(fl_axpy, cupy.asarray, cupy.asnumpy)
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(e, g)
+    torch = pytest.importorskip("torch")
+    got = run_loop(fl_axpy, lambda a: torch.from_numpy(a).cuda(), lambda t: t.cpu().numpy())
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(e, g)
+
+
+def test_torch_tensor_changed_in_place_between_identical_launches():
+    torch = pytest.importorskip("torch")
+    x = torch.arange(N, dtype=torch.float32, device="cuda")
+    y = torch.zeros(N, dtype=torch.float32, device="cuda")
+    out = torch.empty(N, dtype=torch.float32, device="cuda")
+    blocks = (N + 127) // 128
+    for _ in range(3):
+        fl_axpy[blocks, 128](out, 2.0, x, y)
+    torch.cuda.synchronize()
+    assert torch.equal(out, 2 * x)
+    other = torch.full((N,), 5.0, device="cuda")
+    y.set_(other)  # the same object, other memory
+    fl_axpy[blocks, 128](out, 2.0, x, y)
+    torch.cuda.synchronize()
+    assert torch.equal(out, 2 * x + 5)
+    x2 = x[::2]
+    out2 = torch.empty(N // 2, dtype=torch.float32, device="cuda")
+    y2 = torch.ones(N // 2, dtype=torch.float32, device="cuda")
+    for _ in range(2):
+        fl_axpy[blocks, 128](out2, 3.0, x2, y2)
+    torch.cuda.synchronize()
+    assert torch.equal(out2, 3 * x2 + 1)
+
+
+def test_cupy_shape_assigned_in_place_between_identical_launches():
+    cupy = pytest.importorskip("cupy")
+
+    @fl.jit
+    def rows(out, x):
+        i, j = cuda.grid(2)
+        if i < x.shape[0] and j < x.shape[1]:
+            out[i, j] = x[i, j] * (i + 1)
+
+    x = cupy.arange(24, dtype=cupy.float32).reshape(4, 6)
+    out = cupy.zeros((4, 6), dtype=cupy.float32)
+    for _ in range(2):
+        rows[(1, 1), (8, 8)](out, x)
+    x.shape = (6, 4)
+    out.shape = (6, 4)
+    rows[(1, 1), (8, 8)](out, x)
+    expected = cupy.arange(24, dtype=cupy.float32).reshape(6, 4) * cupy.arange(1, 7)[:, None]
+    assert bool((out == expected).all())
