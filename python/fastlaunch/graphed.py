@@ -55,9 +55,9 @@ class GraphedCheckError(AssertionError):
     """``check=True``: a replayed graph and the eager step disagreed."""
 
 
-# A call's slot in GraphedStep._recent: args, device, form, leaves, kinds, key, the generation
-# at which key and entries were found, entries; then the graph the call replayed, its version
-# and the generation then.
+# A call's slot in GraphedStep._recent: its arguments held (_core.HeldArgs), device, form,
+# leaves, kinds, key, the generation at which key and entries were found, entries; then the
+# graph the call replayed, its version and the generation then.
 _REPLAYED, _REPLAYED_VERSION, _REPLAYED_GENERATION = 8, 9, 10
 
 
@@ -98,7 +98,7 @@ def _form(args: tuple, kwargs: dict) -> tuple[bytes, list[Any], list[int]]:
     so aliasing is part of the key. Computed in Rust (``_core.step_form``), where arrays
     are read by the launch's own classifier: a step's form and its launches agree on
     which protocol each array is read through."""
-    key, leaves, kinds, _fixed = _core.step_form(args, kwargs, _device())
+    key, leaves, kinds, _held = _core.step_form(args, kwargs, _device())
     return key, leaves, kinds
 
 
@@ -381,10 +381,8 @@ class GraphedStep:
                         and slot[_REPLAYED] is not None
                         and slot[_REPLAYED_VERSION] == slot[_REPLAYED].version
                         and slot[_REPLAYED_GENERATION] == self._generation
-                        and _core.same_objects(args, slot[0])
+                        and slot[0].holds(args)  # and the device, and each tensor's memory
                     ):
-                        if _device() != slot[1]:
-                            break
                         entry = slot[_REPLAYED]
                         if self._mru is not entry.key:
                             self._graphs.move_to_end(entry.key)
@@ -394,15 +392,16 @@ class GraphedStep:
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
         # The last two calls whose arguments cannot change form under the same identity
-        # (numba arrays, immutable scalars, streams) are remembered with their form and
-        # graphs, and the graph they replayed: the very same objects again (a loop passing
-        # the same buffers, or two swapped ones) skip computing the form and looking it up,
-        # or (__call__) anything at all.
+        # (numba arrays, immutable scalars, streams), or can but are checked (torch tensors:
+        # their memory, shape, strides, dtype and device are kept and read again), are
+        # remembered with their form and graphs, and the graph they replayed: the very same
+        # objects again (a loop passing the same buffers, or two swapped ones) skip computing
+        # the form and looking it up, or (__call__) anything at all.
         device = _device()
         slot = None
         if not kwargs:
             for known in self._recent:
-                if known is not None and known[1] == device and _core.same_objects(args, known[0]):
+                if known is not None and known[1] == device and known[0].holds(args):
                     slot = known
                     break
         if slot is not None:
@@ -416,9 +415,9 @@ class GraphedStep:
                 self._note_replay(slot)
                 return result
         else:
-            form, leaves, kinds, fixed = _core.step_form(args, kwargs, device)
-            if fixed:
-                slot = [args, device, form, leaves, kinds, None, -1, None, None, -1, -1]
+            form, leaves, kinds, held = _core.step_form(args, kwargs, device)
+            if held is not None:
+                slot = [held, device, form, leaves, kinds, None, -1, None, None, -1, -1]
                 self._recent = [slot, self._recent[0]]
         key = form
         pins = self._pins.get(form)
