@@ -288,6 +288,7 @@ class _TorchCapture:
         self.torch = torch
         self.graph = torch.cuda.CUDAGraph()
         self.mode = mode
+        self.replay = self.graph.replay  # torch's own replay, called with nothing around it
 
     def capture(self, run: Callable[[], Any]) -> Any:
         torch = self.torch
@@ -297,9 +298,6 @@ class _TorchCapture:
             result = run()
         torch.cuda.current_stream().wait_stream(side)
         return result
-
-    def replay(self) -> None:
-        self.graph.replay()
 
 
 def _torch_of(leaves: list[Any], kinds: list[int]) -> Any:
@@ -387,6 +385,8 @@ class GraphedStep:
                         if self._mru is not entry.key:
                             self._graphs.move_to_end(entry.key)
                             self._mru = entry.key
+                        if entry.torch_graph is not None:  # pinned: nothing to re-point
+                            return self._replay_torch(entry, slot[3])
                         return self._replay(entry, slot[3], slot[4], repoint=False)
             return self._call(args, kwargs)
 
@@ -398,6 +398,7 @@ class GraphedStep:
         # objects again (a loop passing the same buffers, or two swapped ones) skip computing
         # the form and looking it up, or (__call__) anything at all.
         device = _device()
+        self._replayed = None  # set by _replay: this call's graph, for _note_replay
         slot = None
         if not kwargs:
             for known in self._recent:
@@ -584,14 +585,7 @@ class GraphedStep:
         unless the caller knows the graph holds these very arrays)."""
         self._replayed = entry
         if entry.torch_graph is not None:  # pinned to its arrays: nothing to re-point
-            self._last_stream = None  # torch's current stream
-            try:
-                entry.torch_graph.replay()
-            except Exception as e:
-                e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
-                raise
-            self.counters["replays"] += 1
-            return entry.fill(leaves)
+            return self._replay_torch(entry, leaves)
         bound = entry.bound
         dirty: set[int] | None = None
         for k in entry.repoint if repoint else ():
@@ -625,6 +619,18 @@ class GraphedStep:
         self._last_stream = handle
         try:
             entry.graph.replay(handle)
+        except Exception as e:
+            e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
+            raise
+        self.counters["replays"] += 1
+        return entry.fill(leaves)
+
+    def _replay_torch(self, entry: _Entry, leaves: list[Any]) -> Any:
+        """Replays a graph torch captured (with torch's replay, which also moves torch's
+        random number generators on for graphs that use them), on torch's current stream."""
+        self._last_stream = None
+        try:
+            entry.torch_graph.replay()
         except Exception as e:
             e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
             raise
