@@ -30,8 +30,8 @@ def key(*args, **kwargs):
 
 def test_arrays_enter_by_form_and_aliasing_not_identity():
     a, b = FakeCAI((4, 4), "<f4"), FakeCAI((4, 4), "<f4", ptr=PTR + 4096)
-    k, leaves, kinds, fixed = form(a, b, 2.0)
-    assert leaves == [a, b] and kinds == [ARRAY, ARRAY] and not fixed
+    k, leaves, kinds, held = form(a, b, 2.0)
+    assert leaves == [a, b] and kinds == [ARRAY, ARRAY] and held is None
     assert key(b, a, 2.0) == k  # other arrays, same form
     assert key(a, a, 2.0) != k  # aliasing
     assert key(a, FakeCAI((4, 5), "<f4"), 2.0) != k  # shape
@@ -52,8 +52,8 @@ def test_scalars_enter_by_exact_bits():
     # NumPy scalars fastlaunch does not pack: by dtype and bytes
     assert key(np.datetime64(1, "s")) != key(np.datetime64(1, "ms"))
     assert key(np.datetime64(1, "s")) == key(np.datetime64(1, "s"))
-    _, leaves, _, fixed = form(1.0, np.int8(3), "mode", None)
-    assert leaves == [] and fixed
+    _, leaves, _, held = form(1.0, np.int8(3), "mode", None)
+    assert leaves == [] and held is not None
 
 
 def test_subclasses_of_numbers_enter_by_value_and_type():
@@ -75,8 +75,8 @@ def test_values_sequences_and_keywords():
     assert key(scale=1.0, n=2) == key(n=2, scale=1.0) != key(scale=2.0, n=2)
     assert key(scale=1.0) != key(1.0)
     a = FakeCAI((4,), "<f4")
-    k, leaves, kinds, fixed = form([a, (a, 2)], out=a)
-    assert leaves == [a] and kinds == [ARRAY] and not fixed  # each object once
+    k, leaves, kinds, held = form([a, (a, 2)], out=a)
+    assert leaves == [a] and kinds == [ARRAY] and held is None  # each object once
     assert key([a, (FakeCAI((4,), "<f4"), 2)], out=a) != k
 
 
@@ -89,8 +89,8 @@ def test_streams_by_handle_objects_by_identity():
             return (0, self.handle)
 
     s = TorchLikeStream(0x1234)
-    k, leaves, kinds, fixed = form(s)
-    assert leaves == [s] and kinds == [STREAM] and fixed
+    k, leaves, kinds, held = form(s)
+    assert leaves == [s] and kinds == [STREAM] and held is not None
     assert key(TorchLikeStream(0x1234)) == k != key(TorchLikeStream(0x5678))
     config, other = object(), object()
     assert key(config) == key(config) != key(other)
@@ -162,8 +162,8 @@ def test_numba_arrays_keep_their_form_and_say_so():
         return DeviceNDArray((n,), (4,), np.float32, gpu_data=numba_driver.OwnedPointer(pointer))
 
     a, b = numba_array(16), numba_array(16)
-    k, leaves, kinds, fixed = form(a, b, 0.5)
-    assert leaves == [a, b] and kinds == [ARRAY, ARRAY] and fixed
+    k, leaves, kinds, held = form(a, b, 0.5)
+    assert leaves == [a, b] and kinds == [ARRAY, ARRAY] and held is not None
     assert key(b, a, 0.5) == k != key(a, numba_array(17), 0.5)
 
 

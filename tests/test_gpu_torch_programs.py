@@ -83,6 +83,136 @@ def test_a_graphed_torch_step_notices_a_tensor_given_other_memory_in_place():
     assert torch.equal(y, e_y) and torch.equal(out, e_out)
 
 
+def seeded(torch, seed, n=N):
+    return torch.rand(n, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed))
+
+
+def change_set(torch, tensors):
+    tensors[1].set_(seeded(torch, 1))  # other memory, the same shape
+
+
+def change_data(torch, tensors):
+    tensors[1].data = seeded(torch, 2)
+
+
+def change_resize(torch, tensors):
+    for t in tensors:  # the same memory, a smaller shape
+        t.resize_(N // 2)
+
+
+def change_as_strided(torch, tensors):
+    for t in tensors:  # the same memory, every other element
+        t.as_strided_((N // 2,), (2,))
+
+
+def change_device(torch, tensors):
+    for t in tensors:
+        t.data = t.to("cuda:1")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [change_set, change_data, change_resize, change_as_strided, change_device],
+    ids=["set_", "data", "resize_", "as_strided_", "device"],
+)
+def test_a_graphed_torch_step_never_replays_a_graph_its_tensors_left(change):
+    """The same tensor objects, changed in place: the direct replay (identity, then each
+    tensor's memory, shape, strides, dtype and device) refuses, the step runs eagerly and
+    captures again, and every byte of the tensors' memory, old and new, is as eager left it."""
+    torch = pytest.importorskip("torch")
+    if change is change_device and torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    graphed_set = inputs(torch)
+    eager_set = tuple(t.clone() for t in graphed_set)
+
+    @fl.graphed
+    def step(out, x, y):
+        eager_step(torch, out, x, y)
+
+    for _ in range(4):
+        step(*graphed_set)
+        eager_step(torch, *eager_set)
+    before = dict(step.counters)
+    # views of the memory the graph was captured with: nothing may write there wrongly
+    whole = [t.as_strided((N,), (1,), 0) for t in graphed_set + eager_set]
+    change(torch, graphed_set)
+    change(torch, eager_set)
+    device = 1 if change is change_device else torch.cuda.current_device()
+    with torch.cuda.device(device):
+        for _ in range(4):
+            step(*graphed_set)
+            eager_step(torch, *eager_set)
+        torch.cuda.synchronize()
+    torch.cuda.synchronize(0)
+    assert step.counters["eager"] == before["eager"] + 1
+    assert step.counters["captures"] == before["captures"] + 1
+    for got, want in zip(graphed_set, eager_set, strict=True):
+        assert got.shape == want.shape and torch.equal(got, want)
+    for got, want in zip(whole[:3], whole[3:], strict=True):
+        assert torch.equal(got, want)
+
+
+def test_a_tensor_made_where_a_freed_one_was_is_not_given_its_graph():
+    """x's memory freed (``x.set_()``) and a new tensor made at that address: called with the
+    new tensor, the step captures anew; x set to the new tensor's memory (the address its
+    graph was captured with) replays x's graph, rightly."""
+    torch = pytest.importorskip("torch")
+    out, x, y = inputs(torch)
+    e_out, e_x, e_y = out.clone(), x.clone(), y.clone()
+
+    @fl.graphed
+    def step(out, x, y):
+        eager_step(torch, out, x, y)
+
+    for _ in range(3):
+        step(out, x, y)
+        eager_step(torch, e_out, e_x, e_y)
+    address = x.data_ptr()
+    x.set_(torch.empty(0, device="cuda"))  # frees x's memory (nothing else holds it)
+    twin = seeded(torch, 3)
+    if twin.data_ptr() != address:
+        pytest.skip("the caching allocator gave the new tensor other memory")
+    e_twin = twin.clone()
+    before = dict(step.counters)
+    for _ in range(3):
+        step(out, twin, y)
+        eager_step(torch, e_out, e_twin, e_y)
+    assert step.counters["captures"] == before["captures"] + 1
+    x.set_(twin)  # x views the captured address again: its graph is right for it
+    e_x.set_(e_twin)
+    before = dict(step.counters)
+    for _ in range(3):
+        step(out, x, y)
+        eager_step(torch, e_out, e_x, e_y)
+    torch.cuda.synchronize()
+    assert step.counters["captures"] == before["captures"]
+    assert step.counters["replays"] == before["replays"] + 3
+    assert torch.equal(out, e_out) and torch.equal(y, e_y) and torch.equal(twin, e_twin)
+
+
+def test_graphed_torch_step_with_the_same_tensors_replays_without_their_form(monkeypatch):
+    torch = pytest.importorskip("torch")
+    out, x, y = inputs(torch)
+    e_out, e_x, e_y = out.clone(), x.clone(), y.clone()
+
+    @fl.graphed
+    def step(out, x, y):
+        eager_step(torch, out, x, y)
+
+    for _ in range(3):
+        step(out, x, y)
+        eager_step(torch, e_out, e_x, e_y)
+    calls = []
+    real = fl._core.step_form
+    monkeypatch.setattr(fl._core, "step_form", lambda *a: calls.append(1) or real(*a))
+    for _ in range(5):
+        step(out, x, y)
+        eager_step(torch, e_out, e_x, e_y)
+    torch.cuda.synchronize()
+    assert calls == [] and step.counters["replays"] == 7
+    assert torch.equal(out, e_out) and torch.equal(y, e_y)
+
+
 def test_graphed_torch_step_passes_check_and_returns_its_temporaries():
     torch = pytest.importorskip("torch")
     out, x, y = inputs(torch)

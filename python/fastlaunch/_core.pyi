@@ -19,7 +19,7 @@ __all__ = [
     "set_ordering",
     "stream_handle",
     "step_form",
-    "same_objects",
+    "HeldArgs",
     "follow_capture",
     "end_followed_capture",
     "followed_capture",
@@ -294,13 +294,23 @@ def synchronize() -> None: ...
 def memory_info() -> tuple[int, int]: ...
 def loaded_image_count() -> int: ...
 def pointer_device(pointer: int) -> int | None: ...
+
+@final
+class HeldArgs:
+    """A graphed call's arguments, with what each tensor among them described then."""
+
+    @property
+    def args(self) -> tuple[Any, ...]: ...
+    @property
+    def tensor_count(self) -> int: ...
+    def holds(self, args: tuple[Any, ...]) -> bool:
+        """Whether ``args`` are the very objects held, on the same current device, and every
+        tensor among them has the memory, dtype, shape, strides and device it had."""
+
 def step_form(
     args: tuple[Any, ...], kwargs: dict[str, Any] | None, device: int
-) -> tuple[bytes, list[Any], list[int], bool]:
-    """A graphed step's form: ``(key, leaves, kinds, fixed)``; see ``fastlaunch.graphed``."""
-
-def same_objects(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """Whether two tuples hold the very same objects, in order."""
+) -> tuple[bytes, list[Any], list[int], HeldArgs | None]:
+    """A graphed step's form: ``(key, leaves, kinds, held)``; see ``fastlaunch.graphed``."""
 
 def follow_capture(stream: int) -> None: ...
 def end_followed_capture() -> bool: ...

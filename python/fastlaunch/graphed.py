@@ -55,9 +55,9 @@ class GraphedCheckError(AssertionError):
     """``check=True``: a replayed graph and the eager step disagreed."""
 
 
-# A call's slot in GraphedStep._recent: args, device, form, leaves, kinds, key, the generation
-# at which key and entries were found, entries; then the graph the call replayed, its version
-# and the generation then.
+# A call's slot in GraphedStep._recent: its arguments held (_core.HeldArgs), device, form,
+# leaves, kinds, key, the generation at which key and entries were found, entries; then the
+# graph the call replayed, its version and the generation then.
 _REPLAYED, _REPLAYED_VERSION, _REPLAYED_GENERATION = 8, 9, 10
 
 
@@ -98,7 +98,7 @@ def _form(args: tuple, kwargs: dict) -> tuple[bytes, list[Any], list[int]]:
     so aliasing is part of the key. Computed in Rust (``_core.step_form``), where arrays
     are read by the launch's own classifier: a step's form and its launches agree on
     which protocol each array is read through."""
-    key, leaves, kinds, _fixed = _core.step_form(args, kwargs, _device())
+    key, leaves, kinds, _held = _core.step_form(args, kwargs, _device())
     return key, leaves, kinds
 
 
@@ -288,6 +288,7 @@ class _TorchCapture:
         self.torch = torch
         self.graph = torch.cuda.CUDAGraph()
         self.mode = mode
+        self.replay = self.graph.replay  # torch's own replay, called with nothing around it
 
     def capture(self, run: Callable[[], Any]) -> Any:
         torch = self.torch
@@ -297,9 +298,6 @@ class _TorchCapture:
             result = run()
         torch.cuda.current_stream().wait_stream(side)
         return result
-
-    def replay(self) -> None:
-        self.graph.replay()
 
 
 def _torch_of(leaves: list[Any], kinds: list[int]) -> Any:
@@ -381,28 +379,30 @@ class GraphedStep:
                         and slot[_REPLAYED] is not None
                         and slot[_REPLAYED_VERSION] == slot[_REPLAYED].version
                         and slot[_REPLAYED_GENERATION] == self._generation
-                        and _core.same_objects(args, slot[0])
+                        and slot[0].holds(args)  # and the device, and each tensor's memory
                     ):
-                        if _device() != slot[1]:
-                            break
                         entry = slot[_REPLAYED]
                         if self._mru is not entry.key:
                             self._graphs.move_to_end(entry.key)
                             self._mru = entry.key
+                        if entry.torch_graph is not None:  # pinned: nothing to re-point
+                            return self._replay_torch(entry, slot[3])
                         return self._replay(entry, slot[3], slot[4], repoint=False)
             return self._call(args, kwargs)
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
         # The last two calls whose arguments cannot change form under the same identity
-        # (numba arrays, immutable scalars, streams) are remembered with their form and
-        # graphs, and the graph they replayed: the very same objects again (a loop passing
-        # the same buffers, or two swapped ones) skip computing the form and looking it up,
-        # or (__call__) anything at all.
+        # (numba arrays, immutable scalars, streams), or can but are checked (torch tensors:
+        # their memory, shape, strides, dtype and device are kept and read again), are
+        # remembered with their form and graphs, and the graph they replayed: the very same
+        # objects again (a loop passing the same buffers, or two swapped ones) skip computing
+        # the form and looking it up, or (__call__) anything at all.
         device = _device()
+        self._replayed = None  # set by _replay: this call's graph, for _note_replay
         slot = None
         if not kwargs:
             for known in self._recent:
-                if known is not None and known[1] == device and _core.same_objects(args, known[0]):
+                if known is not None and known[1] == device and known[0].holds(args):
                     slot = known
                     break
         if slot is not None:
@@ -416,9 +416,9 @@ class GraphedStep:
                 self._note_replay(slot)
                 return result
         else:
-            form, leaves, kinds, fixed = _core.step_form(args, kwargs, device)
-            if fixed:
-                slot = [args, device, form, leaves, kinds, None, -1, None, None, -1, -1]
+            form, leaves, kinds, held = _core.step_form(args, kwargs, device)
+            if held is not None:
+                slot = [held, device, form, leaves, kinds, None, -1, None, None, -1, -1]
                 self._recent = [slot, self._recent[0]]
         key = form
         pins = self._pins.get(form)
@@ -585,14 +585,7 @@ class GraphedStep:
         unless the caller knows the graph holds these very arrays)."""
         self._replayed = entry
         if entry.torch_graph is not None:  # pinned to its arrays: nothing to re-point
-            self._last_stream = None  # torch's current stream
-            try:
-                entry.torch_graph.replay()
-            except Exception as e:
-                e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
-                raise
-            self.counters["replays"] += 1
-            return entry.fill(leaves)
+            return self._replay_torch(entry, leaves)
         bound = entry.bound
         dirty: set[int] | None = None
         for k in entry.repoint if repoint else ():
@@ -626,6 +619,18 @@ class GraphedStep:
         self._last_stream = handle
         try:
             entry.graph.replay(handle)
+        except Exception as e:
+            e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
+            raise
+        self.counters["replays"] += 1
+        return entry.fill(leaves)
+
+    def _replay_torch(self, entry: _Entry, leaves: list[Any]) -> Any:
+        """Replays a graph torch captured (with torch's replay, which also moves torch's
+        random number generators on for graphs that use them), on torch's current stream."""
+        self._last_stream = None
+        try:
+            entry.torch_graph.replay()
         except Exception as e:
             e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
             raise

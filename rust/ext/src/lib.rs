@@ -10,6 +10,7 @@ mod dlpack;
 mod errors;
 mod followed_capture;
 mod graphs;
+mod held_args;
 mod inspect;
 mod kernel;
 mod launch;
@@ -46,7 +47,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(streams::default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(streams::stream_handle, m)?)?;
     m.add_function(wrap_pyfunction!(step_form::step_form, m)?)?;
-    m.add_function(wrap_pyfunction!(step_form::same_objects, m)?)?;
+    m.add_class::<held_args::HeldArgs>()?;
     m.add_function(wrap_pyfunction!(followed_capture::follow_capture, m)?)?;
     m.add_function(wrap_pyfunction!(followed_capture::end_followed_capture, m)?)?;
     m.add_function(wrap_pyfunction!(followed_capture::followed_capture, m)?)?;

@@ -15,8 +15,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::classify::{read_arg, source_of, Position, Source};
+use crate::classify::{exchange_api_of, read_arg, source_of, Position, Source};
 use crate::errors::{Error, Result};
+use crate::held_args::HeldArgs;
 use crate::scalar::Value;
 use crate::scratch::{ArgValue, Scratch};
 use crate::streams::{parse_stream, Stream};
@@ -77,17 +78,20 @@ struct FormState {
     scratch: Scratch,
 }
 
-/// The key, the leaves, their kinds, and whether the form is fixed (see [`step_form`]).
+/// The key, the leaves, their kinds, and the arguments held (see [`step_form`]).
 type Form<'py> = (
     Bound<'py, PyBytes>,
     Bound<'py, PyList>,
     Bound<'py, PyList>,
-    bool,
+    Option<HeldArgs>,
 );
 
-/// `step_form(args, kwargs, device)`: `(key, leaves, kinds, fixed)`, where `fixed` says
-/// whether every positional argument keeps its form for as long as it lives (scalars,
-/// plain values, streams, numba arrays) and there are no keyword arguments.
+/// `step_form(args, kwargs, device)`: `(key, leaves, kinds, held)`. `held`
+/// ([`HeldArgs`]) answers whether a later call passes the very same objects with the same
+/// form; it is None when that cannot be checked so: keyword arguments, or a positional
+/// argument that is neither a tensor of the DLPack C exchange API (torch's, whose
+/// description is kept and read again) nor of a form fixed for as long as it lives
+/// (scalars, plain values, streams, numba arrays).
 #[pyfunction]
 #[pyo3(signature = (args, kwargs, device))]
 pub(crate) fn step_form<'py>(
@@ -108,12 +112,19 @@ pub(crate) fn step_form<'py>(
             kinds: &mut kinds,
         };
         builder.state.key.extend_from_slice(&device.to_le_bytes());
-        let mut fixed = true;
+        let mut held = Some(HeldArgs::new(args, device));
         for (index, arg) in args.iter().enumerate() {
-            fixed &= builder.part(&arg, index, 0)?;
+            let fixed = builder.part(&arg, index, 0)?;
+            if let Some(args) = held.as_mut().filter(|_| !fixed) {
+                let tensor =
+                    exchange_api_of(&arg).is_some_and(|api| args.hold_tensor(&arg, index, api));
+                if !tensor {
+                    held = None;
+                }
+            }
         }
         if let Some(kwargs) = kwargs.filter(|k| !k.is_empty()) {
-            fixed = false;
+            held = None;
             let mut items: Vec<(String, Bound<'py, PyAny>)> = Vec::with_capacity(kwargs.len());
             for (name, value) in kwargs.iter() {
                 items.push((name.extract()?, value));
@@ -128,7 +139,7 @@ pub(crate) fn step_form<'py>(
             }
         }
         let key = PyBytes::new(py, &builder.state.key);
-        Ok((key, leaves, PyList::new(py, kinds)?, fixed))
+        Ok((key, leaves, PyList::new(py, kinds)?, held))
     };
     // A Python attribute read during the form (a property) may compute another form.
     STATE.with(|state| match state.try_borrow_mut() {
@@ -493,14 +504,4 @@ fn resolve_form_kind(x: &Bound<'_, PyAny>) -> Result<FormKind> {
         return Ok(FormKind::Stream);
     }
     Ok(FormKind::Object)
-}
-
-/// `same_objects(a, b)`: whether two tuples hold the very same objects, in order (a graphed
-/// step called again with its last arguments replays without computing their form).
-#[pyfunction]
-pub(crate) fn same_objects(a: &Bound<'_, PyTuple>, b: &Bound<'_, PyTuple>) -> bool {
-    a.len() == b.len()
-        && a.iter_borrowed()
-            .zip(b.iter_borrowed())
-            .all(|(x, y)| x.as_ptr() == y.as_ptr())
 }

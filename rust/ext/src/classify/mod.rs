@@ -205,6 +205,17 @@ fn cached_strategy(type_ptr: usize) -> Option<Strategy> {
     found
 }
 
+/// The DLPack C exchange API the launch reads `arg`'s type through (torch's tensors), if
+/// it does; only types already read once on this thread are answered.
+pub(crate) fn exchange_api_of(arg: &Bound<'_, PyAny>) -> Option<ExchangeApi> {
+    // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+    let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
+    match cached_strategy(type_ptr)? {
+        Strategy::Exchange(api) => Some(api),
+        _ => None,
+    }
+}
+
 /// Which source the launch reads an argument's type from, as far as a graphed step's form
 /// needs to know (`step_form.rs`): the one order of [`resolve_strategy`], cached per type.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
