@@ -31,11 +31,11 @@ def kernel_for(count):
     exec(f"def k({names}):\\n    pass\\n", namespace)
     return fl.jit(namespace["k"])
 
-def register(kernel, args, types=None):
+def register(kernel, args, types=None, compiled=COMPILED):
     fingerprint = _core.fingerprint(args)
     if types is None:
         types = tuple(numba_type(d) for d in _core.describe(fingerprint))
-    kernel._register(fingerprint, 90, types, COMPILED)
+    kernel._register(fingerprint, 90, types, compiled)
     return types
 
 def launched_as_packed(kernel, args, types):
@@ -196,3 +196,22 @@ print("ok", len(stream_reads))
 """,
     )
     assert lines == ["ok 5"]  # CuPy's current stream read on every launch, remembered or not
+
+
+def test_a_dead_kernels_remembered_launch_keeps_no_image_loaded(run_on_stand_in):
+    lines = run(
+        run_on_stand_in,
+        """
+a = device_array((16,), 0x9000_0000)
+start = _core.loaded_image_count()
+for _ in range(40):
+    kernel = kernel_for(1)
+    register(kernel, (a,), (a._numba_type_,), _core.CompiledKernel(b"fake image", "fake_entry"))
+    kernel[1, 1](a)
+    kernel[1, 1](a)  # remembered, and launched from it
+del kernel
+gc.collect()
+print(_core.loaded_image_count() - start)
+""",
+    )
+    assert lines == ["0"]

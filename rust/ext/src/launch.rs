@@ -88,7 +88,9 @@ pub(crate) fn launch(
         let table_id = kernel.table_id();
         let remembering = !args.is_empty() && graphs::capture_stream().is_none();
         if remembering {
-            if let Some(last) = repeat::find(table_id, context.context, args, names, scratch) {
+            if let Some((last, overload)) =
+                repeat::find(table_id, context.context, args, names, scratch)
+            {
                 let launched = launch_again(
                     py,
                     driver,
@@ -97,7 +99,7 @@ pub(crate) fn launch(
                     dims,
                     config,
                     names,
-                    &last,
+                    (&last, &overload),
                     scratch,
                 );
                 repeat::keep(last);
@@ -242,10 +244,10 @@ fn launch_again(
     dims: &LaunchDims,
     config: &LaunchConfig,
     names: &[String],
-    last: &LastLaunch,
+    (last, overload): (&LastLaunch, &Overload),
     scratch: &mut Scratch,
 ) -> Result<()> {
-    let Target::Compiled(code) = &last.overload.target else {
+    let Target::Compiled(code) = &overload.target else {
         return Err(Error::Value(
             "a remembered launch has no compiled code".into(),
         ));

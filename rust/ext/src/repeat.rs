@@ -19,7 +19,7 @@
 
 use std::cell::RefCell;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use fastlaunch_driver::{self as driver, ParamBuffer};
 use pyo3::prelude::*;
@@ -62,7 +62,8 @@ pub(crate) struct LastLaunch {
     /// The kernel's overload table it was found in (`Kernel::table_id`).
     table_id: u64,
     context: driver::Context,
-    pub(crate) overload: Arc<Overload>,
+    /// Weak: a remembered launch must not keep a dead kernel's image loaded.
+    overload: Weak<Overload>,
     /// The packed parameters, their pointer array prepared.
     pub(crate) params: ParamBuffer,
     fingerprint: Box<[u8]>,
@@ -130,8 +131,9 @@ fn put_back(launches: impl IntoIterator<Item = (LastLaunch, bool)>, hit: bool) {
 }
 
 /// A remembered launch of this kernel that `args` match, with its slots rewritten for them
-/// and `scratch` holding what the rest of the launch reads (streams, devices); the caller
-/// gives it back with [`keep`]. `None`: none matches (`scratch` is then reset).
+/// and `scratch` holding what the rest of the launch reads (streams, devices), and its
+/// overload; the caller gives the launch back with [`keep`]. `None`: none matches
+/// (`scratch` is then reset).
 #[inline]
 pub(crate) fn find(
     table_id: u64,
@@ -139,7 +141,7 @@ pub(crate) fn find(
     args: &Bound<'_, PyTuple>,
     names: &[String],
     scratch: &mut Scratch,
-) -> Option<LastLaunch> {
+) -> Option<(LastLaunch, Arc<Overload>)> {
     let mut candidates = take(table_id, context);
     if candidates.is_empty() {
         return None;
@@ -148,14 +150,18 @@ pub(crate) fn find(
     candidates.sort_unstable_by_key(|launch| std::cmp::Reverse(launch.last_used));
     let mut found = None;
     for (index, launch) in candidates.iter_mut().enumerate() {
-        if launch.refill(args, names, scratch) {
-            found = Some(index);
+        if let Some(overload) = launch.refill(args, names, scratch) {
+            found = Some((index, overload));
             break;
         }
         reset_keeping_stream(scratch);
     }
-    let found = found.map(|index| candidates.remove(index));
-    put_back(candidates.into_iter().map(|launch| (launch, false)), false);
+    let found = found.map(|(index, overload)| (candidates.remove(index), overload));
+    // A launch whose overload is gone (its kernel died) is dropped here.
+    let live = candidates
+        .into_iter()
+        .filter(|launch| launch.overload.strong_count() > 0);
+    put_back(live.map(|launch| (launch, false)), false);
     found
 }
 
@@ -171,23 +177,22 @@ fn reset_keeping_stream(scratch: &mut Scratch) {
 }
 
 impl LastLaunch {
-    /// Whether `args` launch as this did: each checked as remembered, the slots of those
-    /// that may differ rewritten. Any doubt (a different type, kind or shape, an error while
-    /// reading) is a miss: the full path decides, and raises what it raises.
+    /// The overload, held for the launch, if `args` launch as this did: each checked as
+    /// remembered, the slots of those that may differ rewritten. Any doubt (a different type,
+    /// kind or shape, an error while reading) is a miss: the full path decides, and raises
+    /// what it raises.
     #[inline]
     fn refill(
         &mut self,
         args: &Bound<'_, PyTuple>,
         names: &[String],
         scratch: &mut Scratch,
-    ) -> bool {
+    ) -> Option<Arc<Overload>> {
         if args.len() != self.args.len() {
-            return false;
+            return None;
         }
-        let plan = match &self.overload.plan {
-            Some(plan) => plan,
-            None => return false,
-        };
+        let overload = self.overload.upgrade()?;
+        let plan = overload.plan.as_ref()?;
         for (index, (arg, check)) in args.iter_borrowed().zip(&self.args).enumerate() {
             let matches = match check {
                 ArgCheck::Unchanged(proof) => proof.holds(&arg, scratch),
@@ -233,10 +238,11 @@ impl LastLaunch {
                 }
             };
             if !matches {
-                return false;
+                return None;
             }
         }
-        !scratch.needs_numba && scratch.records.copies.is_empty()
+        let launchable = !scratch.needs_numba && scratch.records.copies.is_empty();
+        launchable.then_some(overload)
     }
 }
 
@@ -359,7 +365,7 @@ impl LastLaunch {
         Some(LastLaunch {
             table_id,
             context,
-            overload: overload.clone(),
+            overload: Arc::downgrade(overload),
             params,
             fingerprint: scratch.fingerprint.as_slice().into(),
             args: checks,
