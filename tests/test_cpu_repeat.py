@@ -215,3 +215,33 @@ print(_core.loaded_image_count() - start)
 """,
     )
     assert lines == ["0"]
+
+
+def test_tensors_changed_in_place_are_read_again(run_on_stand_in):
+    lines = run(
+        run_on_stand_in,
+        f"""
+import sys
+sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+from exchange_tensors import Tensor, reads
+kernel = kernel_for(3)
+x, y = Tensor((64,), 0x1_0000_0000), Tensor((64,), 0x2_0000_0000)
+flat = register(kernel, (x, y, 1.5))
+square = register(kernel, (Tensor((8, 8), 0x3_0000_0000), y, 1.5))
+before = hits()
+launched_as_packed(kernel, (x, y, 1.5), flat)
+launched_as_packed(kernel, (x, y, 2.5), flat)
+y.set_(Tensor((64,), 0x4_0000_0000))  # the same object, other memory
+launched_as_packed(kernel, (x, y, 2.5), flat)
+x.resize_(8, 8)
+launched_as_packed(kernel, (x, y, 3.5), square)
+x.as_strided_((8, 8), (1, 8))  # now F-ordered: another fingerprint
+register(kernel, (x, y, 1.5))
+launched_as_packed(kernel, (x, y, 3.5), tuple(numba_type(d) for d in _core.describe(_core.fingerprint((x, y, 1.5)))))
+x.data = Tensor((64,), 0x5_0000_0000)
+launched_as_packed(kernel, (x, y, 4.5), flat)
+launched_as_packed(kernel, (x, y, 5.5), flat)
+print(hits() - before)
+""",
+    )
+    assert lines == ["2"]  # the second launch, and the last; the rest changed in between

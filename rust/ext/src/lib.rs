@@ -11,6 +11,7 @@ mod errors;
 mod followed_capture;
 mod graphs;
 mod held_args;
+mod held_tensor;
 mod inspect;
 mod kernel;
 mod launch;

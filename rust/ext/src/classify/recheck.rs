@@ -1,7 +1,8 @@
 //! What a launch remembered from the last (`repeat.rs`) needs from classification: a proof
 //! that an array argument is still as it was read, for the sources whose objects cannot
-//! change (numba device arrays) or can be checked cheaply (a CuPy array's shape), and a
-//! scalar's kind and value read with no scratch.
+//! change (numba device arrays) or can be checked cheaply (a CuPy array's shape, a torch
+//! tensor read again through the DLPack C exchange API), and a scalar's value read by its
+//! exact type.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -9,6 +10,8 @@ use smallvec::SmallVec;
 
 use super::fingerprint::{scalar_byte, ARRAY_TAG};
 use super::{cached_strategy, cupy, scalars, Scratch, Strategy};
+use crate::dlpack::CurrentWorkStream;
+use crate::held_tensor::HeldTensor;
 use crate::scalar::{Scalar, Value};
 
 /// An array argument proven unchanged when the very same object comes back: the weak
@@ -24,6 +27,15 @@ enum UnchangedKind {
     NumbaArray,
     /// A CuPy array's pointer and dtype are fixed; its shape can be assigned in place.
     CupyArray { shape: SmallVec<[i64; 4]> },
+    /// A tensor of the DLPack C exchange API can change everything in place (`set_()`, ...):
+    /// read again and compared. Its lazy negative bit was checked when it was read, with
+    /// this memory (as `dlpack.rs` remembers it); complex tensors, whose conjugate bit is
+    /// checked on every launch, are not proven so. `stream`: where the launch asks the
+    /// producer's current stream, as reading it sets.
+    Tensor {
+        held: HeldTensor,
+        stream: Option<(CurrentWorkStream, i32, i32)>,
+    },
 }
 
 impl Unchanged {
@@ -40,6 +52,14 @@ impl Unchanged {
             Strategy::CupyArray => UnchangedKind::CupyArray {
                 shape: shape.into(),
             },
+            Strategy::Exchange(api) => {
+                let held = HeldTensor::read(arg, api)?;
+                let (device_type, device_id) = held.device();
+                let stream = api
+                    .current_work_stream
+                    .map(|query| (query, device_type, device_id));
+                UnchangedKind::Tensor { held, stream }
+            }
             _ => return None,
         };
         // SAFETY: `arg` is a valid object; NewRef returns a new reference, or null with an
@@ -58,8 +78,9 @@ impl Unchanged {
         })
     }
 
-    /// Whether `arg` is the object proven and still as it was; a CuPy array also makes
-    /// CuPy's current stream count for the launch's ordering, as reading it does.
+    /// Whether `arg` is the object proven and still as it was; a CuPy array or a tensor also
+    /// makes its producer's current stream count for the launch's ordering, as reading it
+    /// does.
     #[inline]
     pub(crate) fn holds(&self, arg: &Bound<'_, PyAny>, scratch: &mut Scratch) -> bool {
         if arg.as_ptr() as usize != self.address {
@@ -76,6 +97,12 @@ impl Unchanged {
             UnchangedKind::CupyArray { shape } => {
                 scratch.streams.has_cupy = true;
                 cupy::has_shape(arg, shape).unwrap_or(false)
+            }
+            UnchangedKind::Tensor { held, stream } => {
+                if stream.is_some() {
+                    scratch.streams.exchange_stream = *stream;
+                }
+                held.still(arg)
             }
         }
     }
