@@ -27,10 +27,10 @@ use pyo3::types::PyTuple;
 use smallvec::SmallVec;
 
 use crate::classify::fingerprint::split_arguments;
-use crate::classify::{read_arg, Position, ScalarReader, Unchanged};
+use crate::classify::{read_arg, Position, ScalarSlots, Unchanged};
 use crate::overloads::Overload;
 use crate::plan::{Param, Plan};
-use crate::scalar::{Scalar, Value};
+
 use crate::scratch::{ArgValue, Scratch};
 
 /// Launches remembered per thread, all kernels together; the least recently used leaves.
@@ -41,11 +41,9 @@ const PER_KERNEL: usize = 2;
 /// How one argument of a remembered launch is checked when it comes again.
 enum ArgCheck {
     Unchanged(Unchanged),
-    /// A scalar of the reader's type, converted to `target` into `slot` (and the next slot
-    /// for a complex target).
+    /// A scalar of the same type, written into its slots (from `slot`).
     Scalar {
-        reader: ScalarReader,
-        target: Scalar,
+        slots: ScalarSlots,
         slot: usize,
     },
     /// Read again: its fingerprint bytes (a range of the launch's) must be the same; its
@@ -196,21 +194,13 @@ impl LastLaunch {
         for (index, (arg, check)) in args.iter_borrowed().zip(&self.args).enumerate() {
             let matches = match check {
                 ArgCheck::Unchanged(proof) => proof.holds(&arg, scratch),
-                ArgCheck::Scalar {
-                    reader,
-                    target,
-                    slot,
-                } => match reader.read(&arg).and_then(|value| slots_of(value, *target)) {
-                    Some(converted) => {
-                        let slots = self.params.slots_mut();
-                        slots[*slot] = converted[0];
-                        if target.is_complex() {
-                            slots[*slot + 1] = converted[1];
-                        }
-                        true
+                ArgCheck::Scalar { slots, slot } => {
+                    let end = *slot + slots.width();
+                    match self.params.slots_mut().get_mut(*slot..end) {
+                        Some(written) => slots.write(&arg, written),
+                        None => false,
                     }
-                    None => false,
-                },
+                }
                 ArgCheck::Read {
                     fingerprint,
                     first_value,
@@ -243,17 +233,6 @@ impl LastLaunch {
         }
         let launchable = !scratch.needs_numba && scratch.records.copies.is_empty();
         launchable.then_some(overload)
-    }
-}
-
-/// `value`'s parameter slots for `target`: floats (the common case: many float
-/// parameters) without the general conversion.
-#[inline(always)]
-fn slots_of(value: Value, target: Scalar) -> Option<[u64; 2]> {
-    match (value, target) {
-        (Value::Float(float), Scalar::F64) => Some([float.to_bits(), 0]),
-        (Value::Float(float), Scalar::F32) => Some([u64::from((float as f32).to_bits()), 0]),
-        (value, target) => value.slots_for(target),
     }
 }
 
@@ -395,16 +374,15 @@ fn check_for(
             return ArgCheck::Unchanged(proof);
         }
     }
-    if let ([ArgValue::Scalar(_)], Some(Param::Scalar(target)), Some(reader)) =
-        (values, plan.param(first_value), ScalarReader::of(arg))
+    if let ([ArgValue::Scalar(_)], Some(Param::Scalar(target))) = (values, plan.param(first_value))
     {
-        let width = if target.is_complex() { 2 } else { 1 };
-        if part == [reader.kind()] && slots.len() == width {
-            return ArgCheck::Scalar {
-                reader,
-                target,
-                slot: slots.start,
-            };
+        if let Some(written) = ScalarSlots::of(arg, target) {
+            if part == [written.kind()] && slots.len() == written.width() {
+                return ArgCheck::Scalar {
+                    slots: written,
+                    slot: slots.start,
+                };
+            }
         }
     }
     ArgCheck::Read {

@@ -48,7 +48,7 @@ use crate::scratch::{ArgValue, ArrayArg, RecordCopy, Scratch, ValueAt};
 
 #[cfg(test)]
 pub(crate) use arrays::MAX_NDIM;
-pub(crate) use recheck::{ScalarReader, Unchanged};
+pub(crate) use recheck::{ScalarSlots, Unchanged};
 
 impl ValueAt {
     fn next(scratch: &Scratch, at: Position<'_>) -> ValueAt {

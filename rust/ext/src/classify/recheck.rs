@@ -112,7 +112,7 @@ impl Unchanged {
 /// from the object (Python `float`, `int` within int64, `bool`, `complex`; NumPy scalars of
 /// a packed dtype, when NumPy's layout is the known one).
 #[derive(Clone, Copy)]
-pub(crate) struct ScalarReader {
+struct ScalarReader {
     type_ptr: usize,
     source: ScalarSource,
     /// Its fingerprint byte.
@@ -135,7 +135,7 @@ fn builtin(type_object: *mut ffi::PyTypeObject) -> usize {
 
 impl ScalarReader {
     /// The reader for scalars of `arg`'s type, if it has one.
-    pub(crate) fn of(arg: &Bound<'_, PyAny>) -> Option<ScalarReader> {
+    fn of(arg: &Bound<'_, PyAny>) -> Option<ScalarReader> {
         // SAFETY: `arg` is a valid object; its type is read without taking a reference.
         let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
         let (source, scalar) = if type_ptr == builtin(&raw mut ffi::PyFloat_Type) {
@@ -161,14 +161,9 @@ impl ScalarReader {
         })
     }
 
-    /// The fingerprint byte of the scalars read.
-    pub(crate) fn kind(&self) -> u8 {
-        self.kind
-    }
-
     /// `arg`'s value, if it is of this reader's type (and an int within int64).
-    #[inline(always)]
-    pub(crate) fn read(&self, arg: &Bound<'_, PyAny>) -> Option<Value> {
+    #[inline]
+    fn read(&self, arg: &Bound<'_, PyAny>) -> Option<Value> {
         let object = arg.as_ptr();
         // SAFETY: `arg` is a valid object; its type is read without taking a reference.
         if unsafe { ffi::Py_TYPE(object) } as usize != self.type_ptr {
@@ -194,6 +189,119 @@ impl ScalarReader {
                 ),
                 ScalarSource::Numpy(scalar) => scalars::numpy_value_after_header(arg, scalar),
             })
+        }
+    }
+}
+
+/// A scalar argument written straight into its parameter slot: the reader of its type and
+/// the parameter's type, with the common pairs (a float to float64 or float32, an int to
+/// int64, a NumPy scalar to its own type) converted without the general conversion.
+#[derive(Clone, Copy)]
+pub(crate) struct ScalarSlots {
+    reader: ScalarReader,
+    target: Scalar,
+    how: How,
+}
+
+#[derive(Clone, Copy)]
+enum How {
+    FloatToF64,
+    FloatToF32,
+    IntToI64,
+    NumpyF32ToF32,
+    NumpyF64ToF64,
+    /// Anything else: [`Value::slots_for`].
+    General,
+}
+
+impl ScalarSlots {
+    /// How `arg` is written into a parameter of type `target`, if it is a scalar with a
+    /// reader (see [`ScalarReader`]).
+    pub(crate) fn of(arg: &Bound<'_, PyAny>, target: Scalar) -> Option<ScalarSlots> {
+        let reader = ScalarReader::of(arg)?;
+        let how = match (reader.source, target) {
+            (ScalarSource::Float, Scalar::F64) => How::FloatToF64,
+            (ScalarSource::Float, Scalar::F32) => How::FloatToF32,
+            (ScalarSource::Int, Scalar::I64 | Scalar::U64) => How::IntToI64,
+            (ScalarSource::Numpy(Scalar::F32), Scalar::F32) => How::NumpyF32ToF32,
+            (ScalarSource::Numpy(Scalar::F64), Scalar::F64) => How::NumpyF64ToF64,
+            _ => How::General,
+        };
+        Some(ScalarSlots {
+            reader,
+            target,
+            how,
+        })
+    }
+
+    /// The fingerprint byte of the scalars written.
+    pub(crate) fn kind(&self) -> u8 {
+        self.reader.kind
+    }
+
+    /// How many slots the parameter takes (two for complex).
+    pub(crate) fn width(&self) -> usize {
+        if self.target.is_complex() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Writes `arg` into `slots` (its parameter's, [`ScalarSlots::width`] of them): false
+    /// when `arg` is not of the reader's type, or does not convert.
+    #[inline(always)]
+    pub(crate) fn write(&self, arg: &Bound<'_, PyAny>, slots: &mut [u64]) -> bool {
+        let object = arg.as_ptr();
+        // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+        if unsafe { ffi::Py_TYPE(object) } as usize != self.reader.type_ptr {
+            return false;
+        }
+        // SAFETY: `arg` is exactly of the reader's type, so its value is read as that type's
+        // (NumPy scalars only when their layout is the known one, see `ScalarReader::of`).
+        let first = unsafe {
+            match self.how {
+                How::FloatToF64 => ffi::PyFloat_AsDouble(object).to_bits(),
+                How::FloatToF32 => u64::from((ffi::PyFloat_AsDouble(object) as f32).to_bits()),
+                How::IntToI64 => {
+                    let mut overflow = 0;
+                    let value = ffi::PyLong_AsLongLongAndOverflow(object, &mut overflow);
+                    if overflow != 0 {
+                        return false; // uint64, or too large: the full read decides
+                    }
+                    value as u64
+                }
+                How::NumpyF32ToF32 => match scalars::numpy_value_after_header(arg, Scalar::F32) {
+                    Value::Float(value) => u64::from((value as f32).to_bits()),
+                    _ => return false,
+                },
+                How::NumpyF64ToF64 => match scalars::numpy_value_after_header(arg, Scalar::F64) {
+                    Value::Float(value) => value.to_bits(),
+                    _ => return false,
+                },
+                How::General => {
+                    let Some(converted) = self
+                        .reader
+                        .read(arg)
+                        .and_then(|value| value.slots_for(self.target))
+                    else {
+                        return false;
+                    };
+                    if let [first, second] = slots {
+                        *second = converted[1];
+                        *first = converted[0];
+                        return true;
+                    }
+                    converted[0]
+                }
+            }
+        };
+        match slots.first_mut() {
+            Some(slot) => {
+                *slot = first;
+                true
+            }
+            None => false,
         }
     }
 }

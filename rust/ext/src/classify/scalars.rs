@@ -159,7 +159,7 @@ pub(super) fn numpy_value(arg: &Bound<'_, PyAny>, scalar: Scalar) -> Result<Valu
 ///
 /// # Safety
 /// `arg` must be a NumPy scalar of dtype `scalar`, and [`numpy_layout_known`] true.
-#[inline]
+#[inline(always)]
 pub(super) unsafe fn numpy_value_after_header(arg: &Bound<'_, PyAny>, scalar: Scalar) -> Value {
     // SAFETY: guaranteed by the caller.
     unsafe {
