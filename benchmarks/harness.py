@@ -21,9 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: Launches per timed round: under the stream's ~1000-entry queue, so a round measures the
-#: host's cost and not the GPU draining the queue.
-BATCH = 256
 #: Elements of every array argument (float32), as in numba-cuda's own benchmarks.
 ARRAY_ELEMENTS = 128
 ARRAY_2D_SHAPE = (16, 8)
@@ -35,6 +32,11 @@ def _env_int(name: str, default: int) -> int:
     except ValueError:
         return default
 
+
+#: Launches per timed round: under the stream's ~1000-entry queue, so a round measures the
+#: host's cost and not the GPU draining the queue. ``FASTLAUNCH_BENCH_BATCH`` changes it here and
+#: in the Rust floor bench alike (smaller batches tell whether a case is bound by the GPU).
+BATCH = max(1, _env_int("FASTLAUNCH_BENCH_BATCH", 256))
 
 #: Rounds per benchmark: as many as fit in TARGET_SECONDS, clamped to [MIN, MAX].
 MIN_ROUNDS = _env_int("FASTLAUNCH_BENCH_MIN_ROUNDS", 50)

@@ -44,7 +44,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 DEFAULT_FLOOR_BIN = ROOT / ".gpu" / "bin" / "launch-bench"
-BATCH = 256
+
+
+def _batch() -> int:
+    """Launches per timed batch, as harness.py and the floor bench read it."""
+    try:
+        return max(1, int(os.environ.get("FASTLAUNCH_BENCH_BATCH", "256")))
+    except ValueError:
+        return 256
+
+
+BATCH = _batch()
 CASE_ORDER = ["A", "B", "C", "D", "E16", "E256"]
 SUITE_CASES = {"one_arg": "B", "many_args": "D"}  # numba-cuda's suite → floor case
 #: ratio-to-floor targets of docs/benchmarks.md for fastlaunch, per case, at [1, 1]

@@ -2,7 +2,7 @@
 //!
 //! Every fastlaunch figure is reported as a ratio to this floor measured in the same run
 //! (`benchmarks/run.py` runs this binary first). Method, as in `BENCHMARKS.md`: batches of
-//! 256 back-to-back launches timed with `Instant`, the context synchronized between
+//! 256 (`FASTLAUNCH_BENCH_BATCH`) back-to-back launches timed with `Instant`, the context synchronized between
 //! batches (untimed), at least 50 batches; median, p10 and p90 of µs per launch.
 //!
 //! The kernels are empty PTX `.entry` functions generated here whose parameter lists are
@@ -47,7 +47,10 @@ use fastlaunch_driver::{
 };
 
 /// Launches per timed batch: under the stream's ~1000-entry queue.
-const BATCH: usize = 256;
+const DEFAULT_BATCH: usize = 256;
+/// Overrides the batch (the Python benchmarks read the same variable): smaller batches tell
+/// whether a case is bound by the GPU draining its queue rather than by the host.
+const BATCH_ENV: &str = "FASTLAUNCH_BENCH_BATCH";
 const DEFAULT_BATCHES: usize = 200;
 const SMOKE_BATCHES: usize = 3;
 const MIN_BATCHES: usize = 50;
@@ -199,6 +202,15 @@ struct Stats {
 }
 
 /// Linear-interpolated percentile of sorted values (numpy's default method).
+/// Launches per timed batch: [`DEFAULT_BATCH`], or [`BATCH_ENV`] when set to a positive count.
+fn batch() -> usize {
+    std::env::var(BATCH_ENV)
+        .ok()
+        .and_then(|value| value.parse::<usize>().ok())
+        .filter(|&count| count > 0)
+        .unwrap_or(DEFAULT_BATCH)
+}
+
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     let position = q / 100.0 * (sorted.len() - 1) as f64;
     let low = position.floor() as usize;
@@ -217,28 +229,29 @@ fn stats(mut per_launch_us: Vec<f64>) -> Stats {
     }
 }
 
-/// Times `batches` batches of `BATCH` calls of `launch`, synchronizing (untimed) before
+/// Times `batches` batches of [`batch()`] calls of `launch`, synchronizing (untimed) before
 /// each; returns µs per launch of each batch.
 fn time_batches(
     driver: &Driver,
     batches: usize,
     mut launch: impl FnMut() -> Result<()>,
 ) -> Result<Vec<f64>> {
+    let batch = batch();
     let mut per_launch_us = Vec::with_capacity(batches);
     for _ in 0..WARMUP_BATCHES {
         driver.synchronize()?;
-        for _ in 0..BATCH {
+        for _ in 0..batch {
             launch()?;
         }
     }
     for _ in 0..batches {
         driver.synchronize()?;
         let start = Instant::now();
-        for _ in 0..BATCH {
+        for _ in 0..batch {
             launch()?;
         }
         let elapsed = start.elapsed();
-        per_launch_us.push(elapsed.as_secs_f64() * 1e6 / BATCH as f64);
+        per_launch_us.push(elapsed.as_secs_f64() * 1e6 / batch as f64);
     }
     driver.synchronize()?;
     Ok(per_launch_us)
@@ -494,12 +507,13 @@ fn main() -> ExitCode {
 }
 
 fn run(driver: &'static Driver, options: &Options) -> Result<()> {
+    let batch = batch();
     driver.select_device(0)?;
     let target = ptx_target(driver)?;
     let (major, minor) = driver.compute_capability(0)?;
     println!(
         "{{\"kind\":\"meta\",\"device\":\"{}\",\"compute_capability\":\"{major}.{minor}\",\
-         \"driver_version\":{},\"ptx_target\":\"{target}\",\"batch\":{BATCH},\
+         \"driver_version\":{},\"ptx_target\":\"{target}\",\"batch\":{batch},\
          \"batches\":{},\"mode\":\"{}\"}}",
         json_escape(&driver.device_name(0)?),
         driver.version(),
@@ -543,7 +557,7 @@ fn run(driver: &'static Driver, options: &Options) -> Result<()> {
                     "{{\"kind\":\"result\",\"case\":\"{}\",\"path\":\"{}\",\"grid\":{threads},\
                      \"block\":{threads},\"params\":{},\"median_us\":{:.4},\"p10_us\":{:.4},\
                      \"p90_us\":{:.4},\"min_us\":{:.4},\"mean_us\":{:.4},\"batches\":{},\
-                     \"batch\":{BATCH}}}",
+                     \"batch\":{batch}}}",
                     case.id,
                     path.name(),
                     case.params.len(),
@@ -647,7 +661,7 @@ struct FunctionHandle(CUfunction);
 unsafe impl Send for FunctionHandle {}
 
 /// Criterion groups for the floor and the packer on `[1]x[1]`, timed with the same batching
-/// (`iter_custom`: launches in batches of at most `BATCH`, synchronized untimed between).
+/// (`iter_custom`: launches in batches of at most [`batch()`], synchronized untimed between).
 fn run_criterion(driver: &'static Driver, cases: &[&Case], target: &str) -> Result<()> {
     let output = std::env::var_os("CRITERION_HOME")
         .map(PathBuf::from)
@@ -672,7 +686,7 @@ fn run_criterion(driver: &'static Driver, cases: &[&Case], target: &str) -> Resu
                     let mut total = Duration::ZERO;
                     let mut left = iters;
                     while left > 0 {
-                        let n = left.min(BATCH as u64);
+                        let n = left.min(batch() as u64);
                         driver.synchronize().expect("synchronizing");
                         let start = Instant::now();
                         for _ in 0..n {
