@@ -5,12 +5,14 @@
 //! overload and packing everything.
 //!
 //! Per argument, what was remembered decides the check:
-//! - an array proven unchanged when it is the same object (numba device arrays; CuPy arrays
-//!   whose shape is the same, see `classify::Unchanged`): nothing to rewrite;
-//! - a scalar read by exact type: the same kind (fingerprint byte), its value rewritten;
-//! - anything else (torch tensors, which can change in place through `set_()`, tuples,
-//!   ...): read again as a launch reads it, its fingerprint bytes compared, its slots
-//!   repacked.
+//! - an array proven unchanged, the same object (`classify::Unchanged`: a numba device
+//!   array; a CuPy array whose shape is the same; a torch tensor read again in one C call
+//!   and found to describe the same memory, dtype, shape, strides and device): nothing to
+//!   rewrite;
+//! - a scalar of the same exact type (`classify::ScalarSlots`): its value written into its
+//!   slot;
+//! - anything else (tuples, CUDA Array Interface objects, ...): read again as a launch reads
+//!   it, its fingerprint bytes compared, its slots repacked.
 //!
 //! A launch that does not match runs the full path (which raises what it would have raised)
 //! and is remembered in place of the older of that kernel's two. Launches with records, with
@@ -30,7 +32,6 @@ use crate::classify::fingerprint::split_arguments;
 use crate::classify::{read_arg, Position, ScalarSlots, Unchanged};
 use crate::overloads::Overload;
 use crate::plan::{Param, Plan};
-
 use crate::scratch::{ArgValue, Scratch};
 
 /// Launches remembered per thread, all kernels together; the least recently used leaves.
