@@ -153,7 +153,7 @@ pub(crate) fn find(
             found = Some((index, overload));
             break;
         }
-        reset_keeping_stream(scratch);
+        scratch.reset(); // the launch stream stays
     }
     let found = found.map(|(index, overload)| (candidates.remove(index), overload));
     // A launch whose overload is gone (its kernel died) is dropped here.
@@ -167,12 +167,6 @@ pub(crate) fn find(
 /// Gives back the launch [`find`] returned, as the most recently used.
 pub(crate) fn keep(launch: LastLaunch) {
     put_back([(launch, true)], true);
-}
-
-fn reset_keeping_stream(scratch: &mut Scratch) {
-    let stream = scratch.streams.launch_stream;
-    scratch.reset();
-    scratch.streams.launch_stream = stream;
 }
 
 impl LastLaunch {

@@ -115,6 +115,7 @@ impl Scratch {
         scratch
     }
 
+    /// Forgets the last launch's arguments, keeping the memory and the launch stream.
     pub(crate) fn reset(&mut self) {
         self.fingerprint.clear();
         self.values.clear();
