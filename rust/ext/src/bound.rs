@@ -63,14 +63,7 @@ pub(crate) fn bind(
         ));
     };
     limits::check_devices(driver, context.ordinal, &scratch, names)?;
-    limits::prepare_cluster(
-        driver,
-        &code.kernel,
-        &code.clusters,
-        context.ordinal,
-        compute_capability,
-        config.cluster,
-    )?;
+    code.prepare_cluster(driver, context.ordinal, compute_capability, config.cluster)?;
     Ok(BoundLaunch {
         kernel: kernel_object.clone().unbind(),
         _stream: config.stream.clone_ref(py),

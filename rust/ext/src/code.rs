@@ -24,7 +24,7 @@ pub(crate) struct CompiledCode {
     cooperative: bool,
     entry: String,
     shared_memory: SharedMemoryOptIn,
-    pub(crate) clusters: ClusterOptIn,
+    clusters: ClusterOptIn,
 }
 
 /// Python's handle to a loaded kernel image, shared by every overload it serves.
@@ -133,6 +133,25 @@ thread_local! {
 }
 
 impl CompiledCode {
+    /// Checks that device `ordinal` runs clusters of shape `cluster` (if any), opting this
+    /// kernel in to non-portable sizes once per device (`limits::prepare_cluster`).
+    pub(crate) fn prepare_cluster(
+        &self,
+        driver: &driver::Driver,
+        ordinal: usize,
+        compute_capability: u32,
+        cluster: Option<[u32; 3]>,
+    ) -> Result<()> {
+        limits::prepare_cluster(
+            driver,
+            &self.kernel,
+            &self.clusters,
+            ordinal,
+            compute_capability,
+            cluster,
+        )
+    }
+
     /// What to launch in `context` (current on this thread): the kernel's own function in
     /// that context. Launching the library's `CUkernel` handle instead makes the driver
     /// spend more per launch on numba's images: on an H200, 26 arrays cost 5.7 µs against

@@ -253,14 +253,7 @@ fn launch_again(
         ));
     };
     let dims = &check_and_order(py, driver, context, dims, names, scratch)?;
-    limits::prepare_cluster(
-        driver,
-        &code.kernel,
-        &code.clusters,
-        context.ordinal,
-        compute_capability,
-        config.cluster,
-    )?;
+    code.prepare_cluster(driver, context.ordinal, compute_capability, config.cluster)?;
     // SAFETY: the parameters were packed by this overload's plan for arguments of these
     // fingerprints, and those that may differ were packed again for these arguments (see
     // `repeat.rs`); the argument objects (and any DLPack capsules in the scratch) are alive
@@ -309,10 +302,8 @@ impl Compiled<'_> {
         scratch: &mut Scratch,
     ) -> Result<()> {
         let (code, dims) = (self.code, self.dims);
-        limits::prepare_cluster(
+        code.prepare_cluster(
             driver,
-            &code.kernel,
-            &code.clusters,
             self.context.ordinal,
             self.compute_capability,
             self.cluster,
