@@ -72,7 +72,7 @@ pub(crate) fn bind(
         cluster: config.cluster,
         context: context.context,
         ordinal: context.ordinal,
-        packed: PackedArgs::new(plan, &mut scratch, names, args)?,
+        packed: PackedArgs::new(plan, &scratch, names, args)?,
     })
 }
 

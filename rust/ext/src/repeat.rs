@@ -20,7 +20,6 @@
 //! remembered.
 
 use std::cell::RefCell;
-use std::ops::Range;
 use std::sync::{Arc, Weak};
 
 use fastlaunch_driver::{self as driver, ParamBuffer};
@@ -28,9 +27,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use smallvec::SmallVec;
 
-use crate::classify::fingerprint::split_arguments;
-use crate::classify::{read_arg, Position, ScalarSlots, Unchanged};
+use crate::classify::{Position, ScalarSlots, Unchanged};
 use crate::overloads::Overload;
+use crate::packed::{pack_argument, pack_by_argument, read_argument, PackedArgument};
 use crate::plan::{Param, Plan};
 use crate::scratch::{ArgValue, Scratch};
 
@@ -47,13 +46,9 @@ enum ArgCheck {
         slots: ScalarSlots,
         slot: usize,
     },
-    /// Read again: its fingerprint bytes (a range of the launch's) must be the same; its
-    /// values (from `first_value` in the plan) are packed into `slots`.
-    Read {
-        fingerprint: Range<usize>,
-        first_value: usize,
-        slots: Range<usize>,
-    },
+    /// Read again: its fingerprint bytes must be the same; its values are packed into its
+    /// slots.
+    Read(PackedArgument),
 }
 
 /// A launch remembered with its packed parameters.
@@ -196,30 +191,23 @@ impl LastLaunch {
                         None => false,
                     }
                 }
-                ArgCheck::Read {
-                    fingerprint,
-                    first_value,
-                    slots,
-                } => {
+                ArgCheck::Read(argument) => {
                     let at = Position {
                         index,
                         name: names.get(index).map_or("", String::as_str),
                     };
-                    read_again(
-                        &arg,
-                        at,
-                        (&self.fingerprint[fingerprint.clone()], *first_value),
-                        plan,
-                        names,
-                        scratch,
-                    )
-                    .is_some_and(|packed| {
-                        let fits = packed.len() == slots.len();
-                        if fits {
-                            self.params.slots_mut()[slots.clone()].copy_from_slice(packed);
-                        }
-                        fits
-                    })
+                    let expected = &self.fingerprint[argument.fingerprint.clone()];
+                    let values_start = scratch.values.len();
+                    read_argument(&arg, at, expected, scratch).unwrap_or(false)
+                        && pack_argument(plan, argument.first_value, values_start, names, scratch)
+                            .is_ok_and(|packed| {
+                                let fits = packed.len() == argument.slots.len();
+                                if fits {
+                                    self.params.slots_mut()[argument.slots.clone()]
+                                        .copy_from_slice(packed);
+                                }
+                                fits
+                            })
                 }
             };
             if !matches {
@@ -229,36 +217,6 @@ impl LastLaunch {
         let launchable = !scratch.needs_numba && scratch.records.copies.is_empty();
         launchable.then_some(overload)
     }
-}
-
-/// Reads `arg` into `scratch` as a launch does and packs its values with `plan`; the packed
-/// slots, if its fingerprint bytes are `expected` and it packs.
-#[inline]
-fn read_again<'s>(
-    arg: &Bound<'_, PyAny>,
-    at: Position<'_>,
-    (expected, first_value): (&[u8], usize),
-    plan: &Plan,
-    names: &[String],
-    scratch: &'s mut Scratch,
-) -> Option<&'s [u64]> {
-    let (fingerprint_start, values_start) = (scratch.fingerprint.len(), scratch.values.len());
-    read_arg(arg, at, scratch).ok()?;
-    if scratch.fingerprint.get(fingerprint_start..)? != expected {
-        return None;
-    }
-    scratch.params.clear();
-    for (offset, value) in scratch.values[values_start..].iter().enumerate() {
-        plan.pack_one(
-            first_value + offset,
-            value,
-            &scratch.dims,
-            names,
-            &mut scratch.params,
-        )
-        .ok()?;
-    }
-    Some(scratch.params.slots())
 }
 
 /// Remembers a launch that just ran the full path with `overload`, from what `scratch`
@@ -300,41 +258,16 @@ impl LastLaunch {
         names: &[String],
         scratch: &Scratch,
     ) -> Option<LastLaunch> {
-        let (parts, value_counts) = split_arguments(&scratch.fingerprint);
-        if parts.len() != args.len() {
+        let mut params = ParamBuffer::with_capacity(scratch.params.len());
+        let arguments = pack_by_argument(plan, scratch, names, &mut params).ok()?;
+        if arguments.len() != args.len() {
             return None;
         }
-        let mut params = ParamBuffer::with_capacity(scratch.params.len());
-        let mut checks = Vec::with_capacity(parts.len());
-        let (mut first_value, mut fingerprint_at) = (0, 0);
-        for ((arg, part), count) in args.iter_borrowed().zip(&parts).zip(value_counts) {
-            let slots_start = params.len();
-            let values = scratch.values.get(first_value..first_value + count)?;
-            for (offset, value) in values.iter().enumerate() {
-                plan.pack_one(
-                    first_value + offset,
-                    value,
-                    &scratch.dims,
-                    names,
-                    &mut params,
-                )
-                .ok()?;
-            }
-            let slots = slots_start..params.len();
-            let fingerprint = fingerprint_at..fingerprint_at + part.len();
-            checks.push(check_for(
-                &arg,
-                part,
-                values,
-                first_value,
-                plan,
-                scratch,
-                fingerprint,
-                slots,
-            ));
-            first_value += count;
-            fingerprint_at += part.len();
-        }
+        let checks = args
+            .iter_borrowed()
+            .zip(arguments)
+            .map(|(arg, argument)| check_for(&arg, argument, plan, scratch))
+            .collect();
         params.prepare();
         Some(LastLaunch {
             table_id,
@@ -348,43 +281,42 @@ impl LastLaunch {
     }
 }
 
-/// How `arg` (fingerprint bytes `part`, classified as `values`) is checked when it comes again.
-#[allow(clippy::too_many_arguments)]
+/// How `arg`, classified in `scratch` as `argument`, is checked when it comes again.
 fn check_for(
     arg: &Bound<'_, PyAny>,
-    part: &[u8],
-    values: &[ArgValue],
-    first_value: usize,
+    argument: PackedArgument,
     plan: &Plan,
     scratch: &Scratch,
-    fingerprint: Range<usize>,
-    slots: Range<usize>,
 ) -> ArgCheck {
-    if let [ArgValue::Array(array)] = values {
-        let shape = scratch
-            .dims
-            .get(array.dims_at..array.dims_at + array.ndim)
-            .unwrap_or_default();
-        if let Some(proof) = Unchanged::of(arg, part, shape) {
-            return ArgCheck::Unchanged(proof);
-        }
-    }
-    if let ([ArgValue::Scalar(_)], Some(Param::Scalar(target))) = (values, plan.param(first_value))
-    {
-        if let Some(written) = ScalarSlots::of(arg, target) {
-            if part == [written.kind()] && slots.len() == written.width() {
-                return ArgCheck::Scalar {
-                    slots: written,
-                    slot: slots.start,
-                };
+    let part = &scratch.fingerprint[argument.fingerprint.clone()];
+    let values = &scratch.values[argument.first_value..];
+    match values.first() {
+        // An array's fingerprint starts with its tag, a scalar's is its one byte (tuples,
+        // enum members and datetimes have more), which `Unchanged::of` and `kind` check.
+        Some(ArgValue::Array(array)) => {
+            let shape = scratch
+                .dims
+                .get(array.dims_at..array.dims_at + array.ndim)
+                .unwrap_or_default();
+            if let Some(proof) = Unchanged::of(arg, part, shape) {
+                return ArgCheck::Unchanged(proof);
             }
         }
+        Some(ArgValue::Scalar(_)) => {
+            if let Some(Param::Scalar(target)) = plan.param(argument.first_value) {
+                if let Some(written) = ScalarSlots::of(arg, target) {
+                    if part == [written.kind()] && argument.slots.len() == written.width() {
+                        return ArgCheck::Scalar {
+                            slots: written,
+                            slot: argument.slots.start,
+                        };
+                    }
+                }
+            }
+        }
+        _ => {}
     }
-    ArgCheck::Read {
-        fingerprint,
-        first_value,
-        slots,
-    }
+    ArgCheck::Read(argument)
 }
 
 /// `(remembered, hits)`: how many launches this thread remembers now, and how many of its
