@@ -21,9 +21,47 @@ use crate::scratch::{ArgValue, ArrayArg};
 const SLOTS: usize = 512;
 const WAYS: usize = 4;
 
-struct Entry<T> {
+/// An object known by its address and a weak reference to it: the reference proves that the
+/// address still holds that object (a dead object's reference is dead, so a new object at a
+/// reused address is another), without keeping it alive.
+pub(super) struct Identity {
     address: usize,
     weak: Py<PyAny>,
+}
+
+impl Identity {
+    /// `arg`'s identity; `None` when its type takes no weak references.
+    pub(super) fn of(arg: &Bound<'_, PyAny>) -> Option<Identity> {
+        // SAFETY: `arg` is a valid object; NewRef returns a new reference, or null with an
+        // exception set (types without weak reference support), which is cleared.
+        let weak = unsafe { ffi::PyWeakref_NewRef(arg.as_ptr(), std::ptr::null_mut()) };
+        if weak.is_null() {
+            // SAFETY: clearing the exception NewRef just set.
+            unsafe { ffi::PyErr_Clear() };
+            return None;
+        }
+        Some(Identity {
+            address: arg.as_ptr() as usize,
+            // SAFETY: a new, owned reference.
+            weak: unsafe { Bound::from_owned_ptr(arg.py(), weak) }.unbind(),
+        })
+    }
+
+    /// Whether `arg` is the object known.
+    #[inline]
+    pub(super) fn is(&self, arg: &Bound<'_, PyAny>) -> bool {
+        if arg.as_ptr() as usize != self.address {
+            return false;
+        }
+        // SAFETY: `weak` is a live weak reference object; GetObject returns a borrowed
+        // reference to the referent, or None once it has died.
+        let target = unsafe { ffi::PyWeakref_GetObject(self.weak.as_ptr()) };
+        target as usize == self.address
+    }
+}
+
+struct Entry<T> {
+    identity: Identity,
     value: T,
 }
 
@@ -53,25 +91,15 @@ impl<T> KnownObjects<T> {
             .get(bucket..bucket + WAYS)?
             .iter()
             .flatten()
-            .find(|entry| entry.address == address)?;
-        // SAFETY: `weak` is a live weak reference object; GetObject returns a borrowed
-        // reference to the referent, or None once it has died.
-        let target = unsafe { ffi::PyWeakref_GetObject(entry.weak.as_ptr()) };
-        (target as usize == address).then_some(&entry.value)
+            .find(|entry| entry.identity.address == address)?;
+        entry.identity.is(arg).then_some(&entry.value)
     }
 
     /// Remembers `value` for `arg`, if its type takes weak references (else nothing).
     pub(super) fn remember(&mut self, arg: &Bound<'_, PyAny>, value: T) {
-        // SAFETY: `arg` is a valid object; NewRef returns a new reference or null with an
-        // exception set (types without weak reference support), which we clear.
-        let weak = unsafe { ffi::PyWeakref_NewRef(arg.as_ptr(), std::ptr::null_mut()) };
-        if weak.is_null() {
-            // SAFETY: clearing the exception NewRef just set.
-            unsafe { ffi::PyErr_Clear() };
+        let Some(identity) = Identity::of(arg) else {
             return;
-        }
-        // SAFETY: a new, owned reference.
-        let weak = unsafe { Bound::from_owned_ptr(arg.py(), weak) }.unbind();
+        };
         if self.slots.is_empty() {
             self.slots.resize_with(SLOTS, || None);
         }
@@ -82,14 +110,10 @@ impl<T> KnownObjects<T> {
         // dropped here, with the GIL held.
         let slot = ways
             .iter()
-            .position(|e| e.as_ref().is_some_and(|e| e.address == address))
+            .position(|e| e.as_ref().is_some_and(|e| e.identity.address == address))
             .or_else(|| ways.iter().position(Option::is_none))
             .unwrap_or((address >> 4) % WAYS);
-        ways[slot] = Some(Entry {
-            address,
-            weak,
-            value,
-        });
+        ways[slot] = Some(Entry { identity, value });
     }
 }
 

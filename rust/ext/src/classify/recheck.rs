@@ -9,16 +9,16 @@ use pyo3::prelude::*;
 use smallvec::SmallVec;
 
 use super::fingerprint::{scalar_byte, ARRAY_TAG};
+use super::known::Identity;
 use super::{cached_strategy, cupy, scalars, Scratch, Strategy};
 use crate::dlpack::CurrentWorkStream;
 use crate::held_tensor::HeldTensor;
 use crate::scalar::{Scalar, Value};
 
-/// An array argument proven unchanged when the very same object comes back: the weak
-/// reference proves the address still holds it (see `known.rs`).
+/// An array argument proven unchanged when the very same object comes back (its
+/// [`Identity`], see `known.rs`).
 pub(crate) struct Unchanged {
-    address: usize,
-    weak: Py<PyAny>,
+    identity: Identity,
     kind: UnchangedKind,
 }
 
@@ -62,18 +62,8 @@ impl Unchanged {
             }
             _ => return None,
         };
-        // SAFETY: `arg` is a valid object; NewRef returns a new reference, or null with an
-        // exception set for types without weak references, which is cleared.
-        let weak = unsafe { ffi::PyWeakref_NewRef(arg.as_ptr(), std::ptr::null_mut()) };
-        if weak.is_null() {
-            // SAFETY: clearing the exception NewRef just set.
-            unsafe { ffi::PyErr_Clear() };
-            return None;
-        }
         Some(Unchanged {
-            address: arg.as_ptr() as usize,
-            // SAFETY: a new, owned reference.
-            weak: unsafe { Bound::from_owned_ptr(arg.py(), weak) }.unbind(),
+            identity: Identity::of(arg)?,
             kind,
         })
     }
@@ -83,13 +73,7 @@ impl Unchanged {
     /// does.
     #[inline]
     pub(crate) fn holds(&self, arg: &Bound<'_, PyAny>, scratch: &mut Scratch) -> bool {
-        if arg.as_ptr() as usize != self.address {
-            return false;
-        }
-        // SAFETY: `weak` is a live weak reference object; GetObject returns a borrowed
-        // reference to the referent, or None once it has died.
-        let target = unsafe { ffi::PyWeakref_GetObject(self.weak.as_ptr()) };
-        if target as usize != self.address {
+        if !self.identity.is(arg) {
             return false;
         }
         match &self.kind {
