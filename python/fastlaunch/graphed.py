@@ -705,14 +705,32 @@ class GraphedStep:
             # not the step's fault (this thread captures a fastlaunch graph already, whose
             # capture then takes the step's launches): eager this time, captured later
             return None
-        _tls.capturing = True
-        try:
+
+        def capture() -> Any:
             try:
                 result = self._run(args, kwargs)
             except BaseException as e:
                 graph.__exit__(type(e), e, e.__traceback__)  # ends the capture, drops it
                 raise
             graph.__exit__(None, None, None)  # ends the capture; raises if it was invalidated
+            return result
+
+        return self._captured(graph, capture, form, key, leaves, kinds)
+
+    def _captured(
+        self,
+        graph: Any,
+        capture: Callable[[], Any],
+        form: Any,
+        key: Any,
+        leaves: list[Any],
+        kinds: list[int],
+    ) -> _Entry | None:
+        """Runs ``capture()`` (the step, captured into ``graph``) with this thread marked as
+        capturing, and keeps the graph; None when the capture failed (given up on)."""
+        _tls.capturing = True
+        try:
+            result = capture()
         except Exception as e:
             self._give_up(e)
             return None
@@ -735,15 +753,11 @@ class GraphedStep:
         if _core.followed_capture() is not None or torch.cuda.is_current_stream_capturing():
             return None  # inside another capture: eager, so that capture takes the step
         graph = _TorchCapture(torch, self.mode)
-        _tls.capturing = True
-        try:
-            result = graph.capture(lambda: self._run(args, kwargs))
-        except Exception as e:
-            self._give_up(e)
+        entry = self._captured(
+            graph, lambda: graph.capture(lambda: self._run(args, kwargs)), form, key, leaves, kinds
+        )
+        if entry is None:
             return None
-        finally:
-            _tls.capturing = False
-        entry = self._keep(graph, result, form, key, leaves, kinds)  # type: ignore[arg-type]
         entry.torch_graph = graph
         return entry
 
