@@ -15,7 +15,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::classify::{exchange_api_of, read_arg, source_of, Position, Source};
+use crate::classify::{exchange_api_of, read_arg, source_of, HeldObjects, Position, Source};
 use crate::errors::{Error, Result};
 use crate::held_args::HeldArgs;
 use crate::scalar::Value;
@@ -58,14 +58,8 @@ enum FormKind {
     Object,
 }
 
-struct KnownType {
-    type_ptr: usize,
-    kind: FormKind,
-    _class: Py<PyAny>,
-}
-
 thread_local! {
-    static FORM_KINDS: RefCell<Vec<KnownType>> = const { RefCell::new(Vec::new()) };
+    static FORM_KINDS: RefCell<HeldObjects<FormKind>> = const { RefCell::new(HeldObjects::new()) };
     static STATE: RefCell<FormState> = RefCell::new(FormState::default());
 }
 
@@ -430,24 +424,12 @@ impl<'py> Builder<'_, 'py> {
 
 /// The [`FormKind`] of `x`'s type, resolved once per type and thread.
 fn form_kind(x: &Bound<'_, PyAny>, type_ptr: usize) -> Result<FormKind> {
-    let known = FORM_KINDS.with(|kinds| {
-        kinds
-            .borrow()
-            .iter()
-            .find(|k| k.type_ptr == type_ptr)
-            .map(|k| k.kind)
-    });
+    let known = FORM_KINDS.with(|kinds| kinds.borrow().get(type_ptr));
     if let Some(kind) = known {
         return Ok(kind);
     }
     let kind = resolve_form_kind(x)?;
-    FORM_KINDS.with(|kinds| {
-        kinds.borrow_mut().push(KnownType {
-            type_ptr,
-            kind,
-            _class: x.get_type().into_any().unbind(),
-        })
-    });
+    FORM_KINDS.with(|kinds| kinds.borrow_mut().insert(x.get_type().as_any(), kind));
     Ok(kind)
 }
 

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
 
 use super::fingerprint::{self, LAYOUT_A, LAYOUT_C, LAYOUT_F};
+use super::known::HeldObjects;
 use super::{type_name, ArgValue, ArrayArg, Position, Scratch};
 use crate::errors::Result;
 use crate::scalar::Scalar;
@@ -18,38 +19,20 @@ use crate::scalar::Scalar;
 pub(crate) const MAX_NDIM: usize = 64;
 
 thread_local! {
-    static DTYPES: RefCell<Vec<CachedDtype>> = const { RefCell::new(Vec::new()) };
-}
-
-struct CachedDtype {
-    dtype_ptr: usize,
-    scalar: Scalar,
-    _dtype: Py<PyAny>,
+    /// The element types of the dtypes of packed element types, the dtype held.
+    static DTYPES: RefCell<HeldObjects<Scalar>> = const { RefCell::new(HeldObjects::new()) };
 }
 
 /// The element type of a NumPy dtype object, cached per dtype object.
 pub(super) fn dtype_scalar(dtype: &Bound<'_, PyAny>) -> Result<Option<Scalar>> {
-    let dtype_ptr = dtype.as_ptr() as usize;
-    let cached = DTYPES.with(|dtypes| {
-        dtypes
-            .borrow()
-            .iter()
-            .find(|d| d.dtype_ptr == dtype_ptr)
-            .map(|d| d.scalar)
-    });
+    let cached = DTYPES.with(|dtypes| dtypes.borrow().get(dtype.as_ptr() as usize));
     if cached.is_some() {
         return Ok(cached);
     }
     let typestr: String = dtype.getattr(intern!(dtype.py(), "str"))?.extract()?;
     let scalar = Scalar::from_typestr(&typestr);
     if let Some(scalar) = scalar {
-        DTYPES.with(|dtypes| {
-            dtypes.borrow_mut().push(CachedDtype {
-                dtype_ptr,
-                scalar,
-                _dtype: dtype.clone().unbind(),
-            })
-        });
+        DTYPES.with(|dtypes| dtypes.borrow_mut().insert(dtype, scalar));
     }
     Ok(scalar)
 }

@@ -5,6 +5,9 @@
 //! keep and what it must check again on every launch (`numba.rs`, `cupy.rs`, `dlpack.rs`).
 //!
 //! [`KnownArray`] is what array sources keep: the fingerprint bytes, value and dims pushed.
+//!
+//! [`HeldObjects`] is the other kind of table: values worked out once per object that the
+//! table keeps alive (types, dtypes), so that its address is never another object's.
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -114,6 +117,36 @@ impl<T> KnownObjects<T> {
             .or_else(|| ways.iter().position(Option::is_none))
             .unwrap_or((address >> 4) % WAYS);
         ways[slot] = Some(Entry { identity, value });
+    }
+}
+
+/// Values worked out once per object, by the object's address; each object is held for the
+/// table's life (a thread's), so its address stays its own. For the few objects a thread
+/// meets (types, dtypes): a list searched in order.
+pub(crate) struct HeldObjects<T> {
+    entries: Vec<(usize, T, Py<PyAny>)>,
+}
+
+impl<T: Copy> HeldObjects<T> {
+    pub(crate) const fn new() -> Self {
+        HeldObjects {
+            entries: Vec::new(),
+        }
+    }
+
+    /// The value worked out for the object at `address`, if any.
+    #[inline]
+    pub(crate) fn get(&self, address: usize) -> Option<T> {
+        self.entries
+            .iter()
+            .find(|(held, _, _)| *held == address)
+            .map(|&(_, value, _)| value)
+    }
+
+    /// Keeps `value` for `object`, holding the object.
+    pub(crate) fn insert(&mut self, object: &Bound<'_, PyAny>, value: T) {
+        self.entries
+            .push((object.as_ptr() as usize, value, object.clone().unbind()));
     }
 }
 

@@ -48,6 +48,7 @@ use crate::scratch::{ArgValue, ArrayArg, RecordCopy, Scratch, ValueAt};
 
 #[cfg(test)]
 pub(crate) use arrays::MAX_NDIM;
+pub(crate) use known::HeldObjects;
 pub(crate) use recheck::{ScalarSlots, Unchanged};
 
 impl ValueAt {
@@ -90,14 +91,9 @@ enum Strategy {
     ComplexSubclass,
 }
 
-struct CachedType {
-    type_ptr: usize,
-    strategy: Strategy,
-    _class: Py<PyAny>,
-}
-
 thread_local! {
-    static TYPES: RefCell<Vec<CachedType>> = const { RefCell::new(Vec::new()) };
+    /// Each type's strategy, the type held.
+    static TYPES: RefCell<HeldObjects<Strategy>> = const { RefCell::new(HeldObjects::new()) };
     static LAST_TYPE: Cell<Option<(usize, Strategy)>> = const { Cell::new(None) };
 }
 
@@ -192,13 +188,7 @@ fn cached_strategy(type_ptr: usize) -> Option<Strategy> {
             return Some(strategy);
         }
     }
-    let found = TYPES.with(|types| {
-        types
-            .borrow()
-            .iter()
-            .find(|t| t.type_ptr == type_ptr)
-            .map(|t| t.strategy)
-    });
+    let found = TYPES.with(|types| types.borrow().get(type_ptr));
     if let Some(strategy) = found {
         LAST_TYPE.set(Some((type_ptr, strategy)));
     }
@@ -256,16 +246,8 @@ pub(crate) fn source_of(arg: &Bound<'_, PyAny>) -> Option<Source> {
 #[cold]
 #[inline(never)]
 fn resolve_and_cache(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy> {
-    // SAFETY: `arg` is a valid object; its type is read without taking a reference.
-    let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
     let strategy = resolve_strategy(arg, at)?;
-    TYPES.with(|types| {
-        types.borrow_mut().push(CachedType {
-            type_ptr,
-            strategy,
-            _class: arg.get_type().into_any().unbind(),
-        })
-    });
+    TYPES.with(|types| types.borrow_mut().insert(arg.get_type().as_any(), strategy));
     Ok(strategy)
 }
 
