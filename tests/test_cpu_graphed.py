@@ -433,7 +433,7 @@ def test_a_stream_argument_is_captured_and_replayed_on_and_keywords_are_leaves(r
         entries = graphs_of(step)
         print(json.dumps({"label": "graph", "streams": [e.handle for e in entries],
                           "expected": s.handle, "launches": [len(e.launches) for e in entries],
-                          "replayed_on": step._last_stream}))
+                          "replayed_on": step._direct.last_stream}))
         """,
     )
     assert out["step"] == {**out["step"], "eager": 1, "captures": 2, "replays": 4}
@@ -490,3 +490,44 @@ def test_the_same_arguments_again_replay_without_their_form(run_on_stand_in):
     assert got["forms"]["computed"] == 0
     assert got["other"]["replays"] == 7  # every call after the first eager one replays
     assert got["other"]["eager"] == 1
+
+
+def test_a_remembered_call_is_forgotten_when_its_graph_is_re_pointed(run_on_stand_in):
+    """A call replayed directly (one Rust call, no form) must not replay its graph after
+    another call re-pointed that graph at other arrays: it re-points it back."""
+    got = run(
+        run_on_stand_in,
+        """
+        import numpy as np
+        from cuda.bindings import driver as bindings
+        from numba.cuda.cudadrv import driver as numba_driver
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        def numba_array(address):
+            pointer = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(address), 1 << 20)
+            gpu_data = numba_driver.OwnedPointer(pointer)
+            return DeviceNDArray((64, 64), (256, 4), np.float32, gpu_data=gpu_data)
+
+        u, v, w = (numba_array(p) for p in (0x1000_0000, 0x2000_0000, 0x3000_0000))
+        copy = kernel("copy", (u, v, 0.5))
+
+        @fl.graphed(per_form=1)  # one graph for the form: other arrays re-point it
+        def step(a, b):
+            copy[1, 1](a, b, 0.5)
+
+        for _ in range(4):
+            step(u, v)
+        show("direct", step)
+        print(json.dumps({"label": "remembered", "calls": len(step._direct)}))
+        step(u, w)
+        step(u, v)
+        (entry,) = graphs_of(step)
+        print(json.dumps({"label": "bound", "b_is_v": entry.launches[0].args[1] is v}))
+        show("back", step)
+        """,
+    )
+    assert got["direct"]["replays"] == 3 and got["direct"]["updates"] == 0
+    assert got["remembered"]["calls"] == 1
+    assert got["back"]["updates"] == 2  # re-pointed at w, then back at v: not replayed as was
+    assert got["bound"]["b_is_v"]
+    assert got["back"]["replays"] == 5

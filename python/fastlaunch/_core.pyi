@@ -20,6 +20,7 @@ __all__ = [
     "stream_handle",
     "step_form",
     "HeldArgs",
+    "DirectReplays",
     "follow_capture",
     "end_followed_capture",
     "followed_capture",
@@ -309,6 +310,42 @@ class HeldArgs:
     def holds(self, args: tuple[Any, ...]) -> bool:
         """Whether ``args`` are the very objects held, on the same current device, and every
         tensor among them has the memory, dtype, shape, strides and device it had."""
+
+@final
+class DirectReplays:
+    """A graphed step's last calls, each replayed again in one call when its very arguments
+    come back (see ``fastlaunch.graphed``)."""
+
+    def __new__(cls, missed: object) -> DirectReplays: ...
+    def __call__(self, args: tuple[Any, ...]) -> Any:
+        """Replays the graph of the remembered call whose arguments ``args`` are and returns
+        that call's return value; ``missed`` when none is, or while this thread captures."""
+    def remember_graph(
+        self,
+        held: HeldArgs,
+        graph: Graph,
+        handle: int,
+        fill: Callable[[list[Any]], Any],
+        leaves: list[Any],
+        key: Any,
+    ) -> None: ...
+    def remember_torch(
+        self,
+        held: HeldArgs,
+        replay: Callable[[], Any],
+        fill: Callable[[list[Any]], Any],
+        leaves: list[Any],
+        key: Any,
+    ) -> None: ...
+    def take_hits(self, forget: bool = False) -> list[tuple[Any, int]]:
+        """The keys of the graphs replayed since last asked, with how many times each was;
+        ``forget=True`` also forgets every call remembered."""
+    def __len__(self) -> int: ...
+    @property
+    def last_stream(self) -> int | None:
+        """The stream of the step's last replay (None: torch's current stream)."""
+    @last_stream.setter
+    def last_stream(self, stream: int | None) -> None: ...
 
 def step_form(
     args: tuple[Any, ...], kwargs: dict[str, Any] | None, device: int

@@ -56,9 +56,10 @@ class GraphedCheckError(AssertionError):
 
 
 # A call's slot in GraphedStep._recent: its arguments held (_core.HeldArgs), device, form,
-# leaves, kinds, key, the generation at which key and entries were found, entries; then the
-# graph the call replayed, its version and the generation then.
-_REPLAYED, _REPLAYED_VERSION, _REPLAYED_GENERATION = 8, 9, 10
+# leaves, kinds, key, the generation at which key and entries were found, entries.
+
+#: What ``GraphedStep._direct`` returns for a call it does not replay.
+_MISSED = object()
 
 
 class _ThreadState(threading.local):
@@ -175,7 +176,6 @@ class _Entry:
         "result",
         "statics",
         "torch_graph",
-        "version",
     )
 
     def __init__(self, graph: Graph) -> None:
@@ -192,7 +192,6 @@ class _Entry:
         self.handle: int | None = None  # the replay stream, when the form fixes it
         self.fill: Callable[[list[Any]], Any] = lambda leaves: None  # the return value
         self.torch_graph: Any = None  # captured by torch (a step with torch operations)
-        self.version = 0  # changes whenever `bound` does
         self.key: Any = None  # where the cache holds it
 
 
@@ -344,9 +343,7 @@ class GraphedStep:
         self.cache_size = cache_size
         self.per_form = per_form
         self.mode = mode
-        #: calls by path: eager (new or unseen forms, uncapturable steps), captures, replays;
-        #: updates (launches re-pointed), evictions, failed_captures, checks
-        self.counters: dict[str, int] = dict.fromkeys(
+        self._counters: dict[str, int] = dict.fromkeys(
             ("eager", "captures", "replays", "updates", "evictions", "failed_captures", "checks"),
             0,
         )
@@ -361,34 +358,46 @@ class GraphedStep:
         self._replayed: _Entry | None = None  # the entry _replay last replayed
         self._generation = 0  # changes whenever graphs are added or dropped
         self._mru: Any = None  # the key last moved to the end of the LRU
-        self._last_stream: int | None = 0
+        # The last calls' very arguments again, replayed in one Rust call (see _note_replay);
+        # it also keeps the stream of the step's last replay, for synchronize().
+        self._direct = _core.DirectReplays(_MISSED)
 
     # -- the public surface ----------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs:
+            # One of the last two calls' very objects again, whose graph holds them still:
+            # replayed in one Rust call, nothing computed here (see _note_replay).
+            try:
+                result = self._direct(args)
+            except Exception as e:
+                e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
+                raise
+            if result is not _MISSED:
+                return result
         if self.uncapturable is not None or _tls.capturing:
-            self.counters["eager"] += 1
+            self._counters["eager"] += 1
             return self._run(args, kwargs)
         with self._lock:  # graphs are re-pointed, then replayed: one thread at a time
-            if not kwargs:
-                # One of the last two calls' very objects again, whose graph holds them still
-                # and is still cached: replayed as it is, nothing computed (see _call).
-                for slot in self._recent:
-                    if (
-                        slot is not None
-                        and slot[_REPLAYED] is not None
-                        and slot[_REPLAYED_VERSION] == slot[_REPLAYED].version
-                        and slot[_REPLAYED_GENERATION] == self._generation
-                        and slot[0].holds(args)  # and the device, and each tensor's memory
-                    ):
-                        entry = slot[_REPLAYED]
-                        if self._mru is not entry.key:
-                            self._graphs.move_to_end(entry.key)
-                            self._mru = entry.key
-                        if entry.torch_graph is not None:  # pinned: nothing to re-point
-                            return self._replay_torch(entry, slot[3])
-                        return self._replay(entry, slot[3], slot[4], repoint=False)
             return self._call(args, kwargs)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Calls by path: eager (new or unseen forms, uncapturable steps), captures, replays;
+        updates (launches re-pointed), evictions, failed_captures, checks."""
+        with self._lock:
+            self._count_direct()
+        return self._counters
+
+    def _count_direct(self, forget: bool = False) -> None:
+        """Counts the replays made by ``_direct`` since last asked, and moves their graphs
+        up in the cache's order; ``forget=True``: and forgets its calls, as every change to
+        a cached graph must (before the change)."""
+        for key, hits in self._direct.take_hits(forget):
+            self._counters["replays"] += hits
+            if key in self._graphs:
+                self._graphs.move_to_end(key)
+                self._mru = key
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
         # The last two calls whose arguments cannot change form under the same identity
@@ -438,26 +447,32 @@ class GraphedStep:
             self._seen[key] = None
             if len(self._seen) > 4 * self.cache_size:
                 self._seen.popitem(last=False)
-            self.counters["eager"] += 1
+            self._counters["eager"] += 1
             return self._run(args, kwargs)
         entry = self._capture(form, key, args, kwargs, leaves, kinds)
         if entry is None:
-            self.counters["eager"] += 1
+            self._counters["eager"] += 1
             return self._run(args, kwargs)
         if self.check:
             return self._checked(entry, args, kwargs, leaves, kinds)
         return self._replay(entry, leaves, kinds)
 
     def _note_replay(self, slot: list[Any]) -> None:
-        """Notes in a call's slot the graph it replayed (none if it ran eagerly or was checked
-        against an eager run), for ``__call__`` to replay directly."""
+        """Remembers in ``_direct`` the call of ``slot`` with the graph it replayed (which
+        holds the call's very arguments now), for ``__call__`` to replay directly; not if it
+        ran eagerly or was checked against an eager run, nor for a graph whose replay stream
+        or input ordering is worked out on each call (torch's or CuPy's current stream)."""
         entry, self._replayed = self._replayed, None
         if entry is None or self.check:
-            slot[_REPLAYED] = None
             return
-        slot[_REPLAYED] = entry
-        slot[_REPLAYED_VERSION] = entry.version
-        slot[_REPLAYED_GENERATION] = self._generation
+        if entry.torch_graph is not None:
+            self._direct.remember_torch(
+                slot[0], entry.torch_graph.replay, entry.fill, slot[3], entry.key
+            )
+        elif entry.handle is not None and not entry.foreign:
+            self._direct.remember_graph(
+                slot[0], entry.graph, entry.handle, entry.fill, slot[3], entry.key
+            )
 
     def _with(
         self,
@@ -485,7 +500,7 @@ class GraphedStep:
             if len(entries) < self.per_form:
                 entry = self._capture(form, key, args, kwargs, leaves, kinds)
                 if entry is None:
-                    self.counters["eager"] += 1
+                    self._counters["eager"] += 1
                     return self._run(args, kwargs)
             else:
                 entry = entries.pop()  # the least recently used: re-pointed
@@ -503,10 +518,11 @@ class GraphedStep:
         """Waits for the stream this step last replayed on; an error from it (a fault in a
         replayed kernel) names the step."""
         try:
-            if self._last_stream is None:  # a graph torch captured, replayed on its stream
+            last_stream = self._direct.last_stream
+            if last_stream is None:  # a graph torch captured, replayed on its stream
                 sys.modules["torch"].cuda.current_stream().synchronize()
             else:
-                external_stream(self._last_stream).synchronize()
+                external_stream(last_stream).synchronize()
         except Exception as e:
             e.add_note(f"after replaying the CUDA graph of graphed step {self.__qualname__}")
             raise
@@ -514,6 +530,7 @@ class GraphedStep:
     def clear(self) -> None:
         """Drops every cached graph (and the arguments they hold) and the forms seen."""
         self._recent = [None, None]
+        self._count_direct(forget=True)
         self._generation += 1
         self._graphs.clear()
         self._seen.clear()
@@ -578,23 +595,20 @@ class GraphedStep:
             done.record(external_stream(producer))
             external_stream(handle).wait_event(done)
 
-    def _replay(
-        self, entry: _Entry, leaves: list[Any], kinds: list[int], repoint: bool = True
-    ) -> Any:
-        """Replays ``entry`` with ``leaves`` (re-pointing the launches whose arrays changed,
-        unless the caller knows the graph holds these very arrays)."""
+    def _replay(self, entry: _Entry, leaves: list[Any], kinds: list[int]) -> Any:
+        """Replays ``entry`` with ``leaves``, re-pointing the launches whose arrays changed."""
         self._replayed = entry
         if entry.torch_graph is not None:  # pinned to its arrays: nothing to re-point
             return self._replay_torch(entry, leaves)
         bound = entry.bound
         dirty: set[int] | None = None
-        for k in entry.repoint if repoint else ():
+        for k in entry.repoint:
             leaf = leaves[k]
             if leaf is not bound[k]:
                 bound[k] = leaf
                 if dirty is None:
                     dirty = set()
-                    entry.version += 1
+                    self._count_direct(forget=True)  # a call it remembers may hold this graph
                 dirty.update(entry.deps[k])
         if dirty:
             try:
@@ -608,33 +622,32 @@ class GraphedStep:
             except BaseException:
                 # some launches hold the new arrays, some the old: re-point all next time
                 entry.bound = [None] * len(bound)
-                entry.version += 1
                 raise
-            self.counters["updates"] += len(dirty)
+            self._counters["updates"] += len(dirty)
         handle = entry.handle
         if handle is None:
             handle = self._replay_stream(leaves, kinds)
         if entry.foreign and ordering_enabled():
             self._order_inputs(handle, leaves)
-        self._last_stream = handle
+        self._direct.last_stream = handle
         try:
             entry.graph.replay(handle)
         except Exception as e:
             e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
             raise
-        self.counters["replays"] += 1
+        self._counters["replays"] += 1
         return entry.fill(leaves)
 
     def _replay_torch(self, entry: _Entry, leaves: list[Any]) -> Any:
         """Replays a graph torch captured (with torch's replay, which also moves torch's
         random number generators on for graphs that use them), on torch's current stream."""
-        self._last_stream = None
+        self._direct.last_stream = None
         try:
             entry.torch_graph.replay()
         except Exception as e:
             e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
             raise
-        self.counters["replays"] += 1
+        self._counters["replays"] += 1
         return entry.fill(leaves)
 
     def _checked(
@@ -661,7 +674,7 @@ class GraphedStep:
         except Exception as e:
             e.add_note(f"in the CUDA graph of graphed step {self.__qualname__}")
             raise
-        self.counters["checks"] += 1
+        self._counters["checks"] += 1
         for (i, a), want in zip(arrays, expected, strict=True):
             got = _to_host(a)
             if got.shape != want.shape or got.tobytes() != want.tobytes():
@@ -765,12 +778,13 @@ class GraphedStep:
         self, graph: Graph, result: Any, form: Any, key: Any, leaves: list[Any], kinds: list[int]
     ) -> _Entry:
         """Caches a captured graph under its form (and pins, if any)."""
-        self.counters["captures"] += 1
+        self._counters["captures"] += 1
         entry = self._analyse(graph, result, leaves, kinds)
         if entry.pinned:
             pins = tuple(i for i, leaf in enumerate(leaves) if any(leaf is p for p in entry.pinned))
             self._pins[form] = pins
             key = (form, _pinned_key(leaves, pins))
+        self._count_direct(forget=True)  # a call it remembers may hold a graph evicted below
         self._generation += 1
         entry.key = key
         self._graphs.setdefault(key, []).insert(0, entry)
@@ -778,7 +792,7 @@ class GraphedStep:
         self._mru = key
         while len(self._graphs) > self.cache_size:
             self._graphs.popitem(last=False)
-            self.counters["evictions"] += 1
+            self._counters["evictions"] += 1
         return entry
 
     def _analyse(self, graph: Graph, result: Any, leaves: list[Any], kinds: list[int]) -> _Entry:
@@ -829,9 +843,10 @@ class GraphedStep:
         return entry
 
     def _give_up(self, error: BaseException) -> None:
-        self.counters["failed_captures"] += 1
+        self._counters["failed_captures"] += 1
         reason = f"{type(error).__name__}: {error}"
         self.uncapturable = reason
+        self._count_direct(forget=True)
         self._generation += 1
         self._graphs.clear()
         warnings.warn(

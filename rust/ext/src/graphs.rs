@@ -218,19 +218,11 @@ impl Graph {
     /// Runs every captured operation again, on `stream` (default: the capture stream).
     #[pyo3(signature = (stream = None))]
     fn replay(&self, stream: Option<&Bound<'_, PyAny>>) -> Result<()> {
-        let graph = self.instantiated()?;
         let handle = match stream {
             Some(s) if !s.is_none() => parse_stream(s)?,
             _ => self.handle,
         };
-        let driver = driver()?;
-        let current = driver.launch_context()?;
-        if Some(current.context) != self.context {
-            return Err(Error::Value(
-                "this graph was captured in another CUDA context; replay it there".into(),
-            ));
-        }
-        Ok(graph.launch(handle)?)
+        self.replay_on(handle)
     }
 
     /// The fastlaunch launches captured, in order; each can take new arguments.
@@ -271,6 +263,20 @@ impl Graph {
 }
 
 impl Graph {
+    /// Runs every captured operation again, on the stream `handle`, in the context it was
+    /// captured in.
+    pub(crate) fn replay_on(&self, handle: usize) -> Result<()> {
+        let graph = self.instantiated()?;
+        let driver = driver()?;
+        let current = driver.launch_context()?;
+        if Some(current.context) != self.context {
+            return Err(Error::Value(
+                "this graph was captured in another CUDA context; replay it there".into(),
+            ));
+        }
+        Ok(graph.launch(handle)?)
+    }
+
     fn instantiated(&self) -> Result<&Arc<driver::Graph>> {
         self.graph.as_ref().ok_or_else(|| {
             Error::Value(if self.capturing {

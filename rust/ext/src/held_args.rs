@@ -52,13 +52,10 @@ impl HeldArgs {
             None => false,
         }
     }
-}
 
-#[pymethods]
-impl HeldArgs {
-    /// `holds(args)`: whether `args` are the very objects held, in order, the current device
-    /// is the one they were held on, and every tensor among them reads as it did then.
-    fn holds(&self, args: &Bound<'_, PyTuple>) -> bool {
+    /// Whether `args` are the very objects held, in order, the current device is the one
+    /// they were held on, and every tensor among them reads as it did then.
+    pub(crate) fn holds_args(&self, args: &Bound<'_, PyTuple>) -> bool {
         let held = self.args.bind(args.py());
         let same = held.len() == args.len()
             && held
@@ -70,6 +67,14 @@ impl HeldArgs {
                 held.get_borrowed_item(*index)
                     .is_ok_and(|arg| tensor.still(&arg))
             })
+    }
+}
+
+#[pymethods]
+impl HeldArgs {
+    /// `holds(args)`: see [`HeldArgs::holds_args`].
+    fn holds(&self, args: &Bound<'_, PyTuple>) -> bool {
+        self.holds_args(args)
     }
 
     /// The arguments held.

@@ -6,6 +6,7 @@ mod classify;
 mod code;
 mod configurations;
 mod devices;
+mod direct_replays;
 mod dlpack;
 mod errors;
 mod followed_capture;
@@ -49,6 +50,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(streams::stream_handle, m)?)?;
     m.add_function(wrap_pyfunction!(step_form::step_form, m)?)?;
     m.add_class::<held_args::HeldArgs>()?;
+    m.add_class::<direct_replays::DirectReplays>()?;
     m.add_function(wrap_pyfunction!(followed_capture::follow_capture, m)?)?;
     m.add_function(wrap_pyfunction!(followed_capture::end_followed_capture, m)?)?;
     m.add_function(wrap_pyfunction!(followed_capture::followed_capture, m)?)?;

@@ -1,0 +1,224 @@
+//! The way back into a `fastlaunch.graphed` step called again with the very objects of one
+//! of its last calls: one Rust call proves the arguments held (`HeldArgs::holds_args`) and
+//! replays the graph that call replayed, with nothing computed in Python. `graphed.py`
+//! remembers a call here once it has replayed a graph that holds exactly its arguments, and
+//! forgets every remembered call before it changes any graph (re-points one, captures,
+//! evicts, clears), so a graph remembered here always holds what its call passed.
+//!
+//! Calls are made with the GIL held; replaying a fastlaunch graph keeps it, so a replay is
+//! never interleaved with `graphed.py` changing that graph. torch's replay lets the GIL go,
+//! but a graph torch captured is pinned to its arrays and never changed, only dropped (it
+//! stays alive here while a replay runs: the slot's references are taken out first).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::errors::{Error, Result};
+use crate::graphs::{no_stream_target, Graph};
+use crate::held_args::HeldArgs;
+
+/// Calls remembered per step: the last two (a loop passing two buffers by turns).
+const SLOTS: usize = 2;
+
+/// `last_stream` when the last replay was torch's, on torch's current stream.
+const TORCH_CURRENT_STREAM: usize = usize::MAX;
+
+/// One step's remembered calls; see the module documentation.
+#[pyclass(frozen, module = "fastlaunch._core")]
+pub(crate) struct DirectReplays {
+    /// What a call returns when no remembered call holds its arguments.
+    missed: Py<PyAny>,
+    /// Most recent first; at most [`SLOTS`].
+    slots: Mutex<Vec<Slot>>,
+    /// The stream of the step's last replay (this path's or `graphed.py`'s), for
+    /// `GraphedStep.synchronize`.
+    last_stream: AtomicUsize,
+}
+
+/// A remembered call: its arguments, the graph it replayed, and its return value.
+struct Slot {
+    held: Py<HeldArgs>,
+    target: Target,
+    /// `fill(leaves)` is the step's return value (`graphed.py`'s `_Entry.fill`).
+    fill: Py<PyAny>,
+    leaves: Py<PyAny>,
+    /// The graph's key in the step's cache, and replays since `graphed.py` last asked
+    /// (it counts them and keeps its cache's order by them).
+    key: Py<PyAny>,
+    hits: u64,
+}
+
+enum Target {
+    /// A fastlaunch graph, replayed on a stream the call's form fixes.
+    Graph { graph: Py<Graph>, handle: usize },
+    /// torch's `CUDAGraph.replay` (bound): a graph torch captured, replayed on torch's
+    /// current stream.
+    Torch(Py<PyAny>),
+}
+
+impl Target {
+    fn clone_ref(&self, py: Python<'_>) -> Target {
+        match self {
+            Target::Graph { graph, handle } => Target::Graph {
+                graph: graph.clone_ref(py),
+                handle: *handle,
+            },
+            Target::Torch(replay) => Target::Torch(replay.clone_ref(py)),
+        }
+    }
+
+    fn replay(&self, py: Python<'_>) -> Result<usize> {
+        match self {
+            Target::Graph { graph, handle } => {
+                graph
+                    .bind(py)
+                    .try_borrow()
+                    .map_err(PyErr::from)?
+                    .replay_on(*handle)?;
+                Ok(*handle)
+            }
+            Target::Torch(replay) => {
+                replay.call0(py)?;
+                Ok(TORCH_CURRENT_STREAM)
+            }
+        }
+    }
+}
+
+impl DirectReplays {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        // No Python code runs while the lock is held, so it cannot be poisoned by a panic
+        // there; a poisoned lock still holds consistent slots.
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn remember(&self, slot: Slot) {
+        let mut slots = self.slots();
+        slots.retain(|s| !s.held.is(&slot.held));
+        slots.insert(0, slot);
+        slots.truncate(SLOTS);
+    }
+}
+
+#[pymethods]
+impl DirectReplays {
+    #[new]
+    fn new(missed: Py<PyAny>) -> DirectReplays {
+        DirectReplays {
+            missed,
+            slots: Mutex::new(Vec::with_capacity(SLOTS)),
+            last_stream: AtomicUsize::new(0),
+        }
+    }
+
+    /// `direct(args)`: replays the graph of the remembered call whose arguments `args` are
+    /// and returns that call's return value; returns `missed` when none is (or when this
+    /// thread is capturing: the step then runs inline, into that capture).
+    fn __call__(&self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> Result<Py<PyAny>> {
+        if no_stream_target().is_some() {
+            return Ok(self.missed.clone_ref(py));
+        }
+        let found = {
+            let mut slots = self.slots();
+            slots
+                .iter_mut()
+                .find(|slot| slot.held.get().holds_args(args))
+                .map(|slot| {
+                    slot.hits += 1;
+                    (
+                        slot.target.clone_ref(py),
+                        slot.fill.clone_ref(py),
+                        slot.leaves.clone_ref(py),
+                    )
+                })
+        };
+        let Some((target, fill, leaves)) = found else {
+            return Ok(self.missed.clone_ref(py));
+        };
+        let stream = target.replay(py)?;
+        self.last_stream.store(stream, Ordering::Relaxed);
+        Ok(fill.call1(py, (leaves,))?)
+    }
+
+    /// Remembers a call that replayed `graph` on stream `handle`.
+    fn remember_graph(
+        &self,
+        held: Py<HeldArgs>,
+        graph: Py<Graph>,
+        handle: usize,
+        fill: Py<PyAny>,
+        leaves: Py<PyAny>,
+        key: Py<PyAny>,
+    ) {
+        self.remember(Slot {
+            held,
+            target: Target::Graph { graph, handle },
+            fill,
+            leaves,
+            key,
+            hits: 0,
+        });
+    }
+
+    /// Remembers a call that replayed a graph torch captured, through `replay` (its bound
+    /// `CUDAGraph.replay`).
+    fn remember_torch(
+        &self,
+        py: Python<'_>,
+        held: Py<HeldArgs>,
+        replay: Py<PyAny>,
+        fill: Py<PyAny>,
+        leaves: Py<PyAny>,
+        key: Py<PyAny>,
+    ) -> Result<()> {
+        if !replay.bind(py).is_callable() {
+            return Err(Error::Type("replay must be callable".into()));
+        }
+        self.remember(Slot {
+            held,
+            target: Target::Torch(replay),
+            fill,
+            leaves,
+            key,
+            hits: 0,
+        });
+        Ok(())
+    }
+
+    /// The keys of the graphs replayed here since the last call, with how many times each
+    /// was (`forget=True`: and forgets every call remembered).
+    #[pyo3(signature = (forget = false))]
+    fn take_hits(&self, py: Python<'_>, forget: bool) -> Vec<(Py<PyAny>, u64)> {
+        let mut slots = self.slots();
+        let hits = slots
+            .iter_mut()
+            .filter(|slot| slot.hits > 0)
+            .map(|slot| (slot.key.clone_ref(py), std::mem::take(&mut slot.hits)))
+            .collect();
+        if forget {
+            slots.clear();
+        }
+        hits
+    }
+
+    /// Calls remembered now.
+    fn __len__(&self) -> usize {
+        self.slots().len()
+    }
+
+    /// The stream of the step's last replay: a handle, or None for torch's current stream.
+    #[getter]
+    fn get_last_stream(&self) -> Option<usize> {
+        let stream = self.last_stream.load(Ordering::Relaxed);
+        (stream != TORCH_CURRENT_STREAM).then_some(stream)
+    }
+
+    #[setter]
+    fn set_last_stream(&self, stream: Option<usize>) {
+        self.last_stream
+            .store(stream.unwrap_or(TORCH_CURRENT_STREAM), Ordering::Relaxed);
+    }
+}
