@@ -192,3 +192,30 @@ def test_complex_tensors_of_a_producer_with_lazy_conjugation_are_not_held(torch)
     complex_ = Lazy((N,), 2 << 32, dtype=COMPLEX64)
     assert _core.step_form((real,), {}, 0)[3].tensor_count == 1
     assert _core.step_form((complex_,), {}, 0)[3] is None  # its conjugate bit is read each time
+
+
+def test_a_direct_replay_waits_while_another_thread_holds_the_step(torch):
+    """torch's replay lets the GIL go, so a direct replay of a graph torch captured holds the
+    step's lock; while another thread holds it (re-pointing or replaying the step's graphs),
+    a call waits for it instead of replaying beside it."""
+    import threading
+
+    out, x, y = tensors()
+
+    @fl.graphed
+    def step(out, x, y):
+        pass
+
+    for _ in range(3):
+        step(out, x, y)
+    assert len(step._direct) == 1  # remembered: the next call replays in one Rust call
+    done = threading.Event()
+    with step._lock:
+        worker = threading.Thread(target=lambda: (step(out, x, y), done.set()))
+        worker.start()
+        assert not done.wait(0.3)  # the step is held: the call waits
+    worker.join(5)
+    assert done.is_set()
+    step(out, x, y)
+    assert step.counters["replays"] == 4
+    assert replays_by_graph(step) == {x.data_ptr(): 4}

@@ -336,6 +336,7 @@ class DirectReplays:
         fill: Callable[[list[Any]], Any],
         leaves: list[Any],
         key: Any,
+        lock: Any,
     ) -> None: ...
     def take_hits(self, forget: bool = False) -> list[tuple[Any, int]]:
         """The keys of the graphs replayed since last asked, with how many times each was;

@@ -467,7 +467,7 @@ class GraphedStep:
             return
         if entry.torch_graph is not None:
             self._direct.remember_torch(
-                slot[0], entry.torch_graph.replay, entry.fill, slot[3], entry.key
+                slot[0], entry.torch_graph.replay, entry.fill, slot[3], entry.key, self._lock
             )
         elif entry.handle is not None and not entry.foreign:
             self._direct.remember_graph(

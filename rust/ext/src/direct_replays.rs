@@ -6,13 +6,16 @@
 //! evicts, clears), so a graph remembered here always holds what its call passed.
 //!
 //! Calls are made with the GIL held; replaying a fastlaunch graph keeps it, so a replay is
-//! never interleaved with `graphed.py` changing that graph. torch's replay lets the GIL go,
-//! but a graph torch captured is pinned to its arrays and never changed, only dropped (it
-//! stays alive here while a replay runs: the slot's references are taken out first).
+//! never interleaved with `graphed.py` changing that graph, nor with another replay. torch's
+//! replay lets the GIL go: it runs holding the step's lock (taken without waiting; when
+//! another thread holds it, the call takes `graphed.py`'s path, which waits for it). A graph
+//! torch captured is pinned to its arrays and never changed, only dropped; it stays alive
+//! while a replay runs (the slot's references are taken out first).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -48,15 +51,15 @@ struct Slot {
     /// The graph's key in the step's cache, and replays since `graphed.py` last asked
     /// (it counts them and keeps its cache's order by them).
     key: Py<PyAny>,
-    hits: u64,
+    hits: Arc<AtomicU64>,
 }
 
 enum Target {
     /// A fastlaunch graph, replayed on a stream the call's form fixes.
     Graph { graph: Py<Graph>, handle: usize },
     /// torch's `CUDAGraph.replay` (bound): a graph torch captured, replayed on torch's
-    /// current stream.
-    Torch(Py<PyAny>),
+    /// current stream, holding `lock` (the step's).
+    Torch { replay: Py<PyAny>, lock: Py<PyAny> },
 }
 
 impl Target {
@@ -66,11 +69,16 @@ impl Target {
                 graph: graph.clone_ref(py),
                 handle: *handle,
             },
-            Target::Torch(replay) => Target::Torch(replay.clone_ref(py)),
+            Target::Torch { replay, lock } => Target::Torch {
+                replay: replay.clone_ref(py),
+                lock: lock.clone_ref(py),
+            },
         }
     }
 
-    fn replay(&self, py: Python<'_>) -> Result<usize> {
+    /// Replays; the stream it replayed on, or None when the step's lock is taken (by a
+    /// thread changing or replaying the step's graphs).
+    fn replay(&self, py: Python<'_>) -> Result<Option<usize>> {
         match self {
             Target::Graph { graph, handle } => {
                 graph
@@ -78,11 +86,20 @@ impl Target {
                     .try_borrow()
                     .map_err(PyErr::from)?
                     .replay_on(*handle)?;
-                Ok(*handle)
+                Ok(Some(*handle))
             }
-            Target::Torch(replay) => {
-                replay.call0(py)?;
-                Ok(TORCH_CURRENT_STREAM)
+            Target::Torch { replay, lock } => {
+                let lock = lock.bind(py);
+                if !lock
+                    .call_method1(intern!(py, "acquire"), (false,))?
+                    .is_truthy()?
+                {
+                    return Ok(None);
+                }
+                let replayed = replay.call0(py);
+                lock.call_method0(intern!(py, "release"))?;
+                replayed?;
+                Ok(Some(TORCH_CURRENT_STREAM))
             }
         }
     }
@@ -127,18 +144,21 @@ impl DirectReplays {
                 .iter_mut()
                 .find(|slot| slot.held.get().holds_args(args))
                 .map(|slot| {
-                    slot.hits += 1;
                     (
                         slot.target.clone_ref(py),
                         slot.fill.clone_ref(py),
                         slot.leaves.clone_ref(py),
+                        slot.hits.clone(),
                     )
                 })
         };
-        let Some((target, fill, leaves)) = found else {
+        let Some((target, fill, leaves, hits)) = found else {
             return Ok(self.missed.clone_ref(py));
         };
-        let stream = target.replay(py)?;
+        let Some(stream) = target.replay(py)? else {
+            return Ok(self.missed.clone_ref(py));
+        };
+        hits.fetch_add(1, Ordering::Relaxed);
         self.last_stream.store(stream, Ordering::Relaxed);
         Ok(fill.call1(py, (leaves,))?)
     }
@@ -159,31 +179,33 @@ impl DirectReplays {
             fill,
             leaves,
             key,
-            hits: 0,
+            hits: Arc::default(),
         });
     }
 
     /// Remembers a call that replayed a graph torch captured, through `replay` (its bound
-    /// `CUDAGraph.replay`).
+    /// `CUDAGraph.replay`), to be replayed holding `lock` (the step's; see the module
+    /// documentation).
     fn remember_torch(
         &self,
-        py: Python<'_>,
         held: Py<HeldArgs>,
-        replay: Py<PyAny>,
+        replay: &Bound<'_, PyAny>,
         fill: Py<PyAny>,
         leaves: Py<PyAny>,
         key: Py<PyAny>,
+        lock: Py<PyAny>,
     ) -> Result<()> {
-        if !replay.bind(py).is_callable() {
+        if !replay.is_callable() {
             return Err(Error::Type("replay must be callable".into()));
         }
+        let replay = replay.clone().unbind();
         self.remember(Slot {
             held,
-            target: Target::Torch(replay),
+            target: Target::Torch { replay, lock },
             fill,
             leaves,
             key,
-            hits: 0,
+            hits: Arc::default(),
         });
         Ok(())
     }
@@ -194,9 +216,9 @@ impl DirectReplays {
     fn take_hits(&self, py: Python<'_>, forget: bool) -> Vec<(Py<PyAny>, u64)> {
         let mut slots = self.slots();
         let hits = slots
-            .iter_mut()
-            .filter(|slot| slot.hits > 0)
-            .map(|slot| (slot.key.clone_ref(py), std::mem::take(&mut slot.hits)))
+            .iter()
+            .map(|slot| (slot.key.clone_ref(py), slot.hits.swap(0, Ordering::Relaxed)))
+            .filter(|(_, hits)| *hits > 0)
             .collect();
         if forget {
             slots.clear();
