@@ -291,7 +291,7 @@ def one_round(
             launched = clock()
             sync()
             drained = clock()
-        except Exception as error:  # report it, drop the variant, go on with the others
+        except Exception as error:  # report it, drop this entry, go on with the others
             t.error = f"round {index}: {type(error).__name__}: {error}"
             log(f"{t.variant.name} at batch {t.batch}: {t.error}")
             try:
@@ -360,9 +360,10 @@ class Floor:
             if "no CUDA driver/GPU, skipped" in line:
                 self.unavailable = f"the floor binary found no GPU: {line}"
                 return
-            if not line.startswith("{"):
-                continue
-            item = json.loads(line)
+            try:
+                item = json.loads(line) if line.startswith("{") else {}
+            except ValueError:
+                item = {}
             if item.get("kind") == "meta":
                 self.meta = item
             elif item.get("kind") == "result" and item.get("grid") == 1:
@@ -510,7 +511,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     settings = report["settings"]
     env = report.get("environment") or {}
     floor = report.get("floor") or {}
-    out = ["# Cases D and B, interleaved", ""]
+    cases = settings["cases"]
+    title = f"Case{'s' if len(cases) > 1 else ''} {' and '.join(cases)}"
+    out = [f"# {title}, interleaved", ""]
     out.append(f"Measured {env.get('date_utc', '?')} UTC with `{report.get('command', '')}`.")
     out.append("")
     for gpu in env.get("gpus") or []:
