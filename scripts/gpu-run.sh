@@ -32,6 +32,11 @@
 #   graphed    python3 benchmarks/graphed.py --out $OUT $GRAPHED_ARGS: fastlaunch.graphed
 #              against eager fastlaunch, numba-cuda and a hand-captured graph (cuda.bindings);
 #              not part of `all`
+#   interleaved python3 benchmarks/interleaved.py --out $OUT $INTERLEAVED_ARGS: cases D and B,
+#              every variant (fastlaunch, cuda.core, CuPy RawKernel, cuda.bindings) once per
+#              round in a shuffled order, the Rust floor (.gpu/bin/launch-bench: carry .gpu)
+#              run between rounds; e.g. INTERLEAVED_ARGS="--batches 64,256 --rounds 60"
+#              (--seconds, 120 by default, bounds it); not part of `all`
 #   all        rust tests stages conformance bench
 # The wheel install, versions and devices always come first.
 #
@@ -39,6 +44,7 @@
 #      PYTEST_ARGS     extra pytest arguments, shell-quoted (e.g. "-k 'launch and torch' -x")
 #      RUST_TEST_ARGS  arguments for the Rust test binaries (default --ignored)
 #      BENCH_ARGS      extra arguments for benchmarks/run.py, shell-quoted
+#      INTERLEAVED_ARGS  extra arguments for benchmarks/interleaved.py, shell-quoted
 #
 # Every part runs even after another failed; the exit status is 1 if any failed, 2 if the
 # set-up failed. $OUT gets gpu-run.log (everything printed) and pytest-junit.xml;
@@ -169,6 +175,12 @@ graphed_bench() {
   python3 benchmarks/graphed.py --out "$OUT" "${extra[@]}"
 }
 
+interleaved_bench() {
+  local extra=()
+  eval "extra=(${INTERLEAVED_ARGS:-})"
+  python3 benchmarks/interleaved.py --out "$OUT" "${extra[@]}"
+}
+
 conformance() {
   local group=()
   if [[ -n ${CONFORMANCE_MODULES:-} ]]; then
@@ -218,9 +230,9 @@ main() {
   for arg in "${@:-all}"; do
     case $arg in
       all) parts+=(rust tests stages conformance bench) ;;
-      rust | tests | bench | rustbench | stages | conformance | threads | graphed | fresh | ab) parts+=("$arg") ;;
+      rust | tests | bench | rustbench | stages | conformance | threads | graphed | interleaved | fresh | ab) parts+=("$arg") ;;
       *)
-        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, threads, graphed, fresh, ab, all)"
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, threads, graphed, interleaved, fresh, ab, all)"
         return 2
         ;;
     esac
@@ -237,6 +249,7 @@ main() {
       conformance) name="conformance/run.py (numba-cuda's own tests)" fn=conformance ;;
       threads) name="thread scaling (Rust floor, fastlaunch, numba-cuda)" fn=thread_scaling ;;
       graphed) name="benchmarks/graphed.py (graphed steps)" fn=graphed_bench ;;
+      interleaved) name="benchmarks/interleaved.py (cases D and B, interleaved)" fn=interleaved_bench ;;
       fresh) name="scripts/fresh-wheel.sh (the wheel alone, fresh venv)" fn=fresh ;;
       ab) name="benchmarks/ab_probe.py (.whl-old against .whl)" fn=ab ;;
     esac
