@@ -24,6 +24,7 @@ graph yet runs eagerly. Data on the GPU may of course differ from call to call.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import operator
 import sys
@@ -191,7 +192,8 @@ class _Entry:
         self.foreign = False  # torch or CuPy arrays among the leaves: order after their streams
         self.handle: int | None = None  # the replay stream, when the form fixes it
         self.fill: Callable[[list[Any]], Any] = lambda leaves: None  # the return value
-        self.torch_graph: Any = None  # captured by torch (a step with torch operations)
+        # captured by torch or CuPy (a step with their operations; _FrameworkCapture)
+        self.torch_graph: Any = None
         self.key: Any = None  # where the cache holds it
 
 
@@ -254,6 +256,9 @@ def _to_host(x: Any) -> Any:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return cupy.asnumpy(x)  # on CuPy's current stream, waited for
     from numba import cuda
 
     return cuda.as_cuda_array(x).copy_to_host()
@@ -265,29 +270,62 @@ def _from_host(x: Any, host: Any) -> None:
         with torch.no_grad():
             x.copy_(torch.from_numpy(host))
         return
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        x.set(host)  # contiguous arrays (C or Fortran order), as for the others
+        return
     from numba import cuda
 
     cuda.as_cuda_array(x).copy_to_device(host)
 
 
-# -- steps with torch operations: captured by torch -----------------------------------------
+# -- steps with torch or CuPy operations: captured by that framework -------------------------
 
 
-class _TorchCapture:
-    """A step captured the way torch captures (``torch.cuda.graph``): on a side stream made
-    torch's current one, torch's caching allocator in the graph's own memory pool, so torch
-    operations, their temporaries and fastlaunch launches (given no stream: they follow
-    torch's capture) land in one graph. Replayed on torch's current stream. fastlaunch
-    cannot re-point its launches inside it: such a graph is pinned to its arrays."""
+class _FrameworkCapture:
+    """A step captured by the framework whose arrays it takes (torch, CuPy): on a side stream
+    made the framework's current one, the framework's allocator in memory of the graph's own,
+    so the framework's operations, their temporaries and fastlaunch launches (given no
+    stream: they follow the framework's capture, ``_capture_hooks``) land in one graph.
+    ``replay()`` replays it on the framework's current stream. fastlaunch cannot re-point
+    its launches inside it: such a graph is pinned to its arrays."""
 
     launches: list[Any] = []
     node_count = 1  # more nodes than launches fastlaunch can re-point: pinned
+    replay: Callable[[], Any]
+
+    def __init__(self, module: Any, mode: str) -> None:
+        self.module = module
+        self.mode = mode
+
+    def nested(self) -> bool:
+        """Whether this thread captures already (the step then runs eagerly, so that the
+        capture around it takes the step)."""
+        raise NotImplementedError
+
+    def capture(self, run: Callable[[], Any]) -> Any:
+        """``run()`` captured; its result."""
+        raise NotImplementedError
+
+    @staticmethod
+    def synchronize_current(module: Any) -> None:
+        """Waits for the framework's current stream (where its graphs replay)."""
+        raise NotImplementedError
+
+
+class _TorchCapture(_FrameworkCapture):
+    """Captured the way torch captures (``torch.cuda.graph``): torch's caching allocator in the
+    graph's own memory pool, ``torch.cuda.CUDAGraph.replay()`` (which also moves torch's
+    random number generators on for graphs that use them)."""
 
     def __init__(self, torch: Any, mode: str) -> None:
+        super().__init__(torch, mode)
         self.torch = torch
         self.graph = torch.cuda.CUDAGraph()
-        self.mode = mode
         self.replay = self.graph.replay  # torch's own replay, called with nothing around it
+
+    def nested(self) -> bool:
+        return bool(self.torch.cuda.is_current_stream_capturing())
 
     def capture(self, run: Callable[[], Any]) -> Any:
         torch = self.torch
@@ -298,16 +336,135 @@ class _TorchCapture:
         torch.cuda.current_stream().wait_stream(side)
         return result
 
+    @staticmethod
+    def synchronize_current(module: Any) -> None:
+        module.cuda.current_stream().synchronize()
 
-def _torch_of(leaves: list[Any], kinds: list[int]) -> Any:
-    """torch, when a leaf is a CUDA tensor (the step is then captured by torch)."""
+
+# GraphedStep.mode as CuPy's runtime names the capture modes (cudaStreamCaptureMode)
+_CUPY_CAPTURE_MODES = {
+    "global": "streamCaptureModeGlobal",
+    "thread_local": "streamCaptureModeThreadLocal",
+    "relaxed": "streamCaptureModeRelaxed",
+}
+
+
+def _exchange_capture_mode(mode: Any) -> Any:
+    """``cuThreadExchangeStreamCaptureMode``: makes ``mode`` this thread's stream capture
+    interaction mode (None: relaxed); returns the mode it had, to be given back."""
+    from cuda.bindings import driver  # type: ignore[import-untyped]
+
+    if mode is None:
+        mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    err, previous = driver.cuThreadExchangeStreamCaptureMode(mode)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuThreadExchangeStreamCaptureMode failed: {err!r}")
+    return previous
+
+
+class _CupyCapture(_FrameworkCapture):
+    """Captured with CuPy's own ``Stream.begin_capture()`` / ``end_capture()`` on a
+    non-blocking side stream made CuPy's current stream, in the step's capture mode, CuPy's
+    allocations going to a memory pool of the graph's own (``cupy.cuda.MemoryPool``, used
+    for nothing else): temporaries the graph writes are never handed to anyone else, and
+    live as long as the graph. Replayed by CuPy's ``Graph.launch()`` on CuPy's current stream.
+
+    CuPy's pool takes new memory with ``cudaMalloc`` (and nothing else: no events, no
+    ``cudaFree`` unless it runs out of memory or over its limit), which the 'global' and
+    'thread_local' modes forbid while capturing; as torch does, that one ``cudaMalloc`` is
+    made with this thread's capture mode exchanged for 'relaxed'. A pool that gave memory
+    back during the capture (out of memory: it frees its free blocks and tries again) may
+    have freed memory captured work uses: the capture is then given up."""
+
+    def __init__(self, cupy: Any, mode: str) -> None:
+        super().__init__(cupy, mode)
+        self.cupy = cupy
+        self.graph: Any = None
+        self.allocated = 0  # bytes the pool took from cudaMalloc
+        self.pool = cupy.cuda.MemoryPool(self._malloc)
+
+    def _malloc(self, size: int) -> Any:
+        """The pool's own allocations: ``cudaMalloc``, allowed in any capture mode."""
+        cuda = self.cupy.cuda
+        previous = _exchange_capture_mode(None)
+        try:
+            memory = cuda.Memory(size)
+        finally:
+            _exchange_capture_mode(previous)
+        self.allocated += size
+        return cuda.MemoryPointer(memory, 0)
+
+    def nested(self) -> bool:
+        try:
+            return bool(self.cupy.cuda.get_current_stream().is_capturing())
+        except Exception:  # the query itself is refused while some capture runs
+            return True
+
+    def capture(self, run: Callable[[], Any]) -> Any:
+        cuda = self.cupy.cuda
+        mode = getattr(cuda.runtime, _CUPY_CAPTURE_MODES[self.mode])
+        pool = self.pool
+        # made now, not while capturing: the pool's per-device state, and cuda.bindings'
+        # driver (found working) for the exchange of capture modes around cudaMalloc
+        pool.malloc(0)
+        _exchange_capture_mode(_exchange_capture_mode(None))
+        current = cuda.get_current_stream()
+        side = cuda.Stream(non_blocking=True)
+        side.wait_event(current.record())
+        with side, cuda.using_allocator(pool.malloc):
+            side.begin_capture(mode)
+            # _capture_hooks makes fastlaunch follow CuPy's captures; if CuPy's Stream could
+            # not be wrapped, follow this one here
+            follow = _core.followed_capture() != side.ptr
+            if follow:
+                _core.follow_capture(side.ptr)
+            try:
+                result = run()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self._end(side, follow)  # ends the capture, drops it
+                raise
+            self.graph = self._end(side, follow)  # raises if the capture was invalidated
+        current.wait_event(side.record())
+        if pool.total_bytes() < self.allocated:
+            raise RuntimeError(
+                "CuPy's memory pool gave memory back while capturing (out of memory?)"
+            )
+        self.replay = self.graph.launch  # on CuPy's current stream
+        return result
+
+    @staticmethod
+    def _end(side: Any, follow: bool) -> Any:
+        try:
+            return side.end_capture()
+        finally:
+            if follow:
+                _core.end_followed_capture()
+
+    @staticmethod
+    def synchronize_current(module: Any) -> None:
+        module.cuda.get_current_stream().synchronize()
+
+
+def _framework_of(
+    leaves: list[Any], kinds: list[int]
+) -> tuple[type[_FrameworkCapture], Any] | None:
+    """Which framework captures a step (one with no stream argument) given its leaves, and
+    its module: torch when a leaf is a CUDA tensor, else CuPy when a leaf is a CuPy array;
+    None when neither (fastlaunch captures it)."""
     torch = sys.modules.get("torch")
-    if torch is None:
+    cupy = sys.modules.get("cupy")
+    if torch is None and cupy is None:
         return None
+    by_cupy: tuple[type[_FrameworkCapture], Any] | None = None
     for leaf, kind in zip(leaves, kinds, strict=True):
-        if kind == _ARRAY and isinstance(leaf, torch.Tensor) and leaf.is_cuda:
-            return torch
-    return None
+        if kind != _ARRAY:
+            continue
+        if torch is not None and isinstance(leaf, torch.Tensor) and leaf.is_cuda:
+            return _TorchCapture, torch
+        if by_cupy is None and cupy is not None and isinstance(leaf, cupy.ndarray):
+            by_cupy = (_CupyCapture, cupy)
+    return by_cupy
 
 
 # -- the step -------------------------------------------------------------------------------
@@ -361,6 +518,8 @@ class GraphedStep:
         # The last calls' very arguments again, replayed in one Rust call (see _note_replay);
         # it also keeps the stream of the step's last replay, for synchronize().
         self._direct = _core.DirectReplays(_MISSED)
+        # the frameworks that captured graphs of this step (capture class: module)
+        self._frameworks: dict[type[_FrameworkCapture], Any] = {}
 
     # -- the public surface ----------------------------------------------------------------
 
@@ -519,8 +678,11 @@ class GraphedStep:
         replayed kernel) names the step."""
         try:
             last_stream = self._direct.last_stream
-            if last_stream is None:  # a graph torch captured, replayed on its stream
-                sys.modules["torch"].cuda.current_stream().synchronize()
+            if last_stream is None:
+                # a graph torch or CuPy captured, replayed on that framework's current stream
+                # (a step with graphs of both waits for both)
+                for capture, module in self._frameworks.items():
+                    capture.synchronize_current(module)
             else:
                 external_stream(last_stream).synchronize()
         except Exception as e:
@@ -708,9 +870,13 @@ class GraphedStep:
         leaves: list[Any],
         kinds: list[int],
     ) -> _Entry | None:
-        torch = None if self._stream_leaf(leaves, kinds) is not None else _torch_of(leaves, kinds)
-        if torch is not None:
-            return self._capture_with_torch(torch, form, key, args, kwargs, leaves, kinds)
+        if self._stream_leaf(leaves, kinds) is None:
+            framework = _framework_of(leaves, kinds)
+            if framework is not None:
+                framework_capture, module = framework
+                return self._capture_by_framework(
+                    framework_capture(module, self.mode), form, key, args, kwargs, leaves, kinds
+                )
         graph = Graph(self._capture_stream(leaves, kinds), self.mode)
         try:
             graph.__enter__()
@@ -751,9 +917,9 @@ class GraphedStep:
             _tls.capturing = False
         return self._keep(graph, result, form, key, leaves, kinds)
 
-    def _capture_with_torch(
+    def _capture_by_framework(
         self,
-        torch: Any,
+        graph: _FrameworkCapture,
         form: Any,
         key: Any,
         args: tuple,
@@ -761,17 +927,17 @@ class GraphedStep:
         leaves: list[Any],
         kinds: list[int],
     ) -> _Entry | None:
-        """A step with torch tensors among its arguments, captured by torch (see
-        ``_TorchCapture``)."""
-        if _core.followed_capture() is not None or torch.cuda.is_current_stream_capturing():
+        """A step with torch tensors or CuPy arrays among its arguments, captured by torch or
+        CuPy (see ``_FrameworkCapture``)."""
+        if _core.followed_capture() is not None or graph.nested():
             return None  # inside another capture: eager, so that capture takes the step
-        graph = _TorchCapture(torch, self.mode)
         entry = self._captured(
             graph, lambda: graph.capture(lambda: self._run(args, kwargs)), form, key, leaves, kinds
         )
         if entry is None:
             return None
         entry.torch_graph = graph
+        self._frameworks[type(graph)] = graph.module
         return entry
 
     def _keep(
