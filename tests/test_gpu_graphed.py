@@ -48,6 +48,13 @@ def add_scaled(out, a, s):
         out[i] += s * a[i]
 
 
+@fl.jit
+def axpy(out, a, x, y):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + y[i]
+
+
 def heat(u, v, k):
     diffuse[GRID, BLOCK](v, u, k)
     hold_edges[GRID, BLOCK](v, u)
@@ -221,6 +228,172 @@ def test_a_torch_operation_in_a_step_is_captured_with_it():
     torch.cuda.synchronize()
     assert step.uncapturable is None and step.counters["captures"] == 1
     assert torch.equal(x, torch.ones_like(x))  # each call ran once: (x + x) * 0.5
+
+
+# -- steps with CuPy operations: captured by CuPy ---------------------------------------------
+
+M = 1 << 16
+AXPY_GRID = M // 256
+
+
+def cupy_step(out, x, y):
+    """The step of the issue: a kernel, then a CuPy operation with a temporary."""
+    axpy[AXPY_GRID, 256](out, 0.5, x, y)
+    y[...] = out * 0.999
+
+
+def cupy_inputs(cupy):
+    rng = np.random.default_rng(11)
+    x = cupy.asarray(rng.random(M, dtype=np.float32))
+    y = cupy.asarray(rng.random(M, dtype=np.float32))
+    return cupy.empty_like(x), x, y
+
+
+def cupy_copies(cupy, arrays):
+    return tuple(a.copy() for a in arrays)
+
+
+def same_bits(cupy, a, b) -> bool:
+    a, b = cupy.asnumpy(a), cupy.asnumpy(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def synchronize_all(cupy) -> None:
+    cupy.cuda.Device().synchronize()
+    fl.synchronize()
+
+
+def graphed_entries(step):
+    return [entry for entries in step._graphs.values() for entry in entries]
+
+
+@pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
+def test_a_cupy_operation_in_a_step_is_captured_by_cupy(mode):
+    cupy = pytest.importorskip("cupy")
+    step = fl.graphed(cupy_step, mode=mode)
+    out, x, y = cupy_inputs(cupy)
+    e_out, e_x, e_y = cupy_copies(cupy, (out, x, y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fl.GraphCaptureWarning)
+        for _ in range(10):
+            step(out, x, y)
+            cupy_step(e_out, e_x, e_y)  # eager: fastlaunch's launch, CuPy's operation
+    synchronize_all(cupy)
+    assert step.uncapturable is None and step.counters["failed_captures"] == 0
+    assert step.counters["eager"] == 1 and step.counters["captures"] == 1
+    assert step.counters["replays"] == 9
+    [entry] = graphed_entries(step)
+    assert type(entry.torch_graph).__name__ == "_CupyCapture"
+    assert entry.torch_graph.pool is not cupy.get_default_memory_pool()
+    assert same_bits(cupy, y, e_y) and same_bits(cupy, out, e_out)
+    step.synchronize()  # waits for CuPy's current stream, where it replayed
+
+
+def test_a_cupy_step_replays_on_cupys_current_stream():
+    cupy = pytest.importorskip("cupy")
+    step = fl.graphed(cupy_step)
+    out, x, y = cupy_inputs(cupy)
+    e_out, e_x, e_y = cupy_copies(cupy, (out, x, y))
+    for _ in range(2):
+        # eager, then captured (eagerly the kernel goes to the legacy stream, which a
+        # non-blocking CuPy stream would not wait for: outside the stream below)
+        step(out, x, y)
+    synchronize_all(cupy)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        for _ in range(5):
+            step(out, x, y)  # replayed on `stream`, kernel and CuPy operation alike
+        stream.synchronize()
+    for _ in range(7):
+        cupy_step(e_out, e_x, e_y)
+    synchronize_all(cupy)
+    assert step.counters["replays"] == 6
+    assert same_bits(cupy, y, e_y)
+
+
+def test_check_mode_passes_on_a_cupy_step():
+    cupy = pytest.importorskip("cupy")
+    step = fl.graphed(cupy_step, check=True)
+    out, x, y = cupy_inputs(cupy)
+    e_out, e_x, e_y = cupy_copies(cupy, (out, x, y))
+    for _ in range(4):
+        step(out, x, y)
+        cupy_step(e_out, e_x, e_y)
+    synchronize_all(cupy)
+    assert step.counters["checks"] == 3 and step.counters["captures"] == 1
+    assert same_bits(cupy, y, e_y)
+
+
+def test_a_cupy_temporary_returned_by_a_step_holds_each_replays_result():
+    cupy = pytest.importorskip("cupy")
+
+    def scaled(out, x, y):
+        axpy[AXPY_GRID, 256](out, 0.5, x, y)
+        return out * 2.0  # made by the step: the graph's static output
+
+    step = fl.graphed(scaled)
+    out, x, y = cupy_inputs(cupy)
+    e_out, e_x, e_y = cupy_copies(cupy, (out, x, y))
+    returned = []
+    for i in range(5):
+        y += 1.0  # new data on CuPy's current stream, before the call
+        e_y += 1.0
+        got = step(out, x, y)
+        want = scaled(e_out, e_x, e_y)
+        synchronize_all(cupy)
+        assert same_bits(cupy, got, want), f"call {i}"  # valid until the next replay
+        returned.append(got)
+    assert step.counters["captures"] == 1 and step.counters["replays"] == 4
+    assert all(r is returned[1] for r in returned[1:])  # the captured array, rewritten
+
+
+def test_a_reduction_in_a_cupy_step_is_captured():
+    cupy = pytest.importorskip("cupy")
+
+    def normalised(out, x, y):
+        axpy[AXPY_GRID, 256](out, 0.5, x, y)
+        y[...] = out / out.sum()  # a reduction: a 0-d temporary (and CUB's workspace)
+
+    step = fl.graphed(normalised)
+    out, x, y = cupy_inputs(cupy)
+    e_out, e_x, e_y = cupy_copies(cupy, (out, x, y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fl.GraphCaptureWarning)
+        for _ in range(6):
+            step(out, x, y)
+            normalised(e_out, e_x, e_y)
+    synchronize_all(cupy)
+    assert step.counters["captures"] == 1 and step.counters["replays"] == 5
+    assert same_bits(cupy, y, e_y)
+
+
+def test_cupy_graphs_keep_their_temporaries_to_themselves():
+    """Each graph's CuPy memory is its own pool's: a replay never writes memory handed to
+    anyone else (another graph's returned temporary, arrays made after the capture)."""
+    cupy = pytest.importorskip("cupy")
+
+    def tripled(out):
+        return out * 3.0  # returned: as large as cupy_step's temporary
+
+    first, second = fl.graphed(cupy_step), fl.graphed(tripled)
+    out, x, y = cupy_inputs(cupy)
+    other = cupy.full(M, 5.0, dtype=cupy.float32)
+    for _ in range(3):
+        first(out, x, y)  # eager, captured (its temporary freed into its pool), replayed
+    for _ in range(3):
+        kept = second(other)  # captured: its static output from its own pool
+    probes = [cupy.full(M, 7.0, dtype=cupy.float32) for _ in range(4)]  # the default pool
+    synchronize_all(cupy)
+    for _ in range(5):
+        first(out, x, y)  # its temporary rewritten on every replay
+    synchronize_all(cupy)
+    assert same_bits(cupy, kept, cupy.full(M, 15.0, dtype=cupy.float32))
+    for probe in probes:
+        assert same_bits(cupy, probe, cupy.full(M, 7.0, dtype=cupy.float32))
+    [a], [b] = graphed_entries(first), graphed_entries(second)
+    pools = {id(a.torch_graph.pool), id(b.torch_graph.pool), id(cupy.get_default_memory_pool())}
+    assert len(pools) == 3
+    assert a.torch_graph.pool.total_bytes() >= 4 * M and b.torch_graph.pool.total_bytes() >= 4 * M
 
 
 def test_check_mode_passes_on_a_good_step_and_catches_a_hidden_dependency():
