@@ -144,11 +144,16 @@ def cupy_rows(
     rows["fastlaunch eager + CuPy op"] = guarded(lambda: timed(loop(eager), sync, steps, trials))
 
     def graphed() -> dict:
+        step = fl.graphed(eager)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", fl.GraphCaptureWarning)
-            return timed(loop(fl.graphed(eager)), sync, steps, trials)
+            # a step that could not be captured would time the eager path: an error instead
+            warnings.simplefilter("error", fl.GraphCaptureWarning)
+            measured = timed(loop(step), sync, steps, trials)
+        if step.counters["captures"] != 1:
+            raise RuntimeError(f"not captured once by CuPy: {step.counters}")
+        return measured
 
-    rows["fastlaunch.graphed (CuPy ops: eager)"] = guarded(graphed)
+    rows["fastlaunch.graphed (captured by CuPy)"] = guarded(graphed)
 
     def by_hand() -> dict:
         out, y = cupy.empty_like(x), y0.copy()
