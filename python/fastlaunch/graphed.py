@@ -1050,7 +1050,11 @@ def graphed(
       ``per_form``: graphs kept per form, each holding other arrays (2: a ping-pong loop
       replays without re-pointing anything; past that, the least recently used graph of
       the form is re-pointed).
-    - ``mode``: the capture mode (``"thread_local"``, ``"global"`` or ``"relaxed"``).
+    - ``mode``: the capture mode (``"thread_local"``, ``"global"`` or ``"relaxed"``); a step
+      captured by CuPy takes new memory for its CuPy temporaries in relaxed mode.
+    - A step with torch CUDA tensors among its arguments is captured by torch, one with CuPy
+      arrays (and no CUDA tensor) by CuPy, with their operations (neither with a stream
+      argument): see ``docs/graphed.md``.
 
     Counters in ``step.counters``; ``step.uncapturable`` says why a step runs eagerly.
     """
