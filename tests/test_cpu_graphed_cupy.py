@@ -122,6 +122,7 @@ def test_cupy_allocations_in_the_capture_come_from_a_private_pool_in_relaxed_mod
     for _ in range(3):
         step(out, x)
     eager, captured = cuda.log[:2], cuda.log[2:]
+    assert len(eager) == len(captured) == 2  # replays run no Python
     [side] = cuda.captures
     [entry] = [e for entries in step._graphs.values() for e in entries]
     pool = entry.torch_graph.pool
