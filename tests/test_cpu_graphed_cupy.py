@@ -98,7 +98,7 @@ def test_a_cupy_step_is_captured_by_cupy_and_replayed_on_its_current_stream(cupy
     assert followed == [None, side.ptr]  # fastlaunch launches followed the capture only
     assert _core.followed_capture() is None
     [entry] = [e for entries in step._graphs.values() for e in entries]
-    capture = entry.torch_graph
+    capture = entry.framework_graph
     assert isinstance(capture, _CupyCapture) and capture.graph.captured_on is side
     assert capture.graph.launches == [0, 0, 0]  # CuPy's current stream: the null stream
     with cuda.Stream() as other:  # replays follow CuPy's current stream
@@ -125,7 +125,7 @@ def test_cupy_allocations_in_the_capture_come_from_a_private_pool_in_relaxed_mod
     assert len(eager) == len(captured) == 2  # replays run no Python
     [side] = cuda.captures
     [entry] = [e for entries in step._graphs.values() for e in entries]
-    pool = entry.torch_graph.pool
+    pool = entry.framework_graph.pool
     assert all(stream == 0 and source is cuda.default_pool for stream, _, source in eager)
     assert all(stream == side.ptr and source is pool for stream, _, source in captured)
     assert side.capture_mode is None and cuda.exchanged_mode[0] == "global"  # given back
@@ -146,7 +146,9 @@ def test_each_graph_has_a_pool_of_its_own(cupy, no_warnings):
     for _ in range(3):
         first(out, x)
         second(out, x)
-    pools = [e.torch_graph.pool for s in (first, second) for es in s._graphs.values() for e in es]
+    pools = [
+        e.framework_graph.pool for s in (first, second) for es in s._graphs.values() for e in es
+    ]
     assert len(pools) == 2 and pools[0] is not pools[1]
     pointers = [{p.ptr for p in pool.given} for pool in pools]
     assert pointers[0].isdisjoint(pointers[1])
@@ -177,7 +179,7 @@ def test_a_returned_temporary_is_the_graphs_static_output(cupy, no_warnings):
     results = [step(out, x) for _ in range(4)]
     assert results[2] is results[1] is results[3]  # the captured one, rewritten per replay
     [entry] = [e for entries in step._graphs.values() for e in entries]
-    assert results[1].data in entry.torch_graph.pool.given
+    assert results[1].data in entry.framework_graph.pool.given
 
 
 def test_hooked_or_not_fastlaunch_follows_the_capture_once(cupy, no_warnings, monkeypatch):

@@ -34,7 +34,7 @@ def replays_by_graph(step) -> dict[int, int]:
     for key, entries in step._graphs.items():
         for entry in entries:
             pinned = dict(key[1])
-            counts[pinned[id(entry.pinned[1])]] = entry.torch_graph.graph.replays
+            counts[pinned[id(entry.pinned[1])]] = entry.framework_graph.graph.replays
     return counts
 
 

@@ -283,8 +283,8 @@ def test_a_cupy_operation_in_a_step_is_captured_by_cupy(mode):
     assert step.counters["eager"] == 1 and step.counters["captures"] == 1
     assert step.counters["replays"] == 9
     [entry] = graphed_entries(step)
-    assert type(entry.torch_graph).__name__ == "_CupyCapture"
-    assert entry.torch_graph.pool is not cupy.get_default_memory_pool()
+    assert type(entry.framework_graph).__name__ == "_CupyCapture"
+    assert entry.framework_graph.pool is not cupy.get_default_memory_pool()
     assert same_bits(cupy, y, e_y) and same_bits(cupy, out, e_out)
     step.synchronize()  # waits for CuPy's current stream, where it replayed
 
@@ -391,9 +391,16 @@ def test_cupy_graphs_keep_their_temporaries_to_themselves():
     for probe in probes:
         assert same_bits(cupy, probe, cupy.full(M, 7.0, dtype=cupy.float32))
     [a], [b] = graphed_entries(first), graphed_entries(second)
-    pools = {id(a.torch_graph.pool), id(b.torch_graph.pool), id(cupy.get_default_memory_pool())}
+    pools = {
+        id(a.framework_graph.pool),
+        id(b.framework_graph.pool),
+        id(cupy.get_default_memory_pool()),
+    }
     assert len(pools) == 3
-    assert a.torch_graph.pool.total_bytes() >= 4 * M and b.torch_graph.pool.total_bytes() >= 4 * M
+    assert (
+        a.framework_graph.pool.total_bytes() >= 4 * M
+        and b.framework_graph.pool.total_bytes() >= 4 * M
+    )
 
 
 def test_check_mode_passes_on_a_good_step_and_catches_a_hidden_dependency():

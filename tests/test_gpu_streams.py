@@ -213,7 +213,7 @@ def test_stream_arguments_are_checked():
         copy[1, 1, -5]
 
 
-def test_launches_are_captured_into_torch_graphs():
+def test_launches_are_captured_into_framework_graphs():
     torch = pytest.importorskip("torch")
     x = torch.arange(256, dtype=torch.float32, device="cuda")
     out = torch.zeros(256, dtype=torch.float32, device="cuda")

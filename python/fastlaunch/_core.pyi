@@ -329,7 +329,7 @@ class DirectReplays:
         leaves: list[Any],
         key: Any,
     ) -> None: ...
-    def remember_torch(
+    def remember_framework(
         self,
         held: HeldArgs,
         replay: Callable[[], Any],
@@ -344,7 +344,7 @@ class DirectReplays:
     def __len__(self) -> int: ...
     @property
     def last_stream(self) -> int | None:
-        """The stream of the step's last replay (None: torch's current stream)."""
+        """The stream of the step's last replay (None: torch's or CuPy's current stream)."""
     @last_stream.setter
     def last_stream(self, stream: int | None) -> None: ...
 

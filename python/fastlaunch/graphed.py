@@ -176,7 +176,7 @@ class _Entry:
         "repoint",
         "result",
         "statics",
-        "torch_graph",
+        "framework_graph",
     )
 
     def __init__(self, graph: Graph) -> None:
@@ -193,7 +193,7 @@ class _Entry:
         self.handle: int | None = None  # the replay stream, when the form fixes it
         self.fill: Callable[[list[Any]], Any] = lambda leaves: None  # the return value
         # captured by torch or CuPy (a step with their operations; _FrameworkCapture)
-        self.torch_graph: Any = None
+        self.framework_graph: Any = None
         self.key: Any = None  # where the cache holds it
 
 
@@ -624,9 +624,9 @@ class GraphedStep:
         entry, self._replayed = self._replayed, None
         if entry is None or self.check:
             return
-        if entry.torch_graph is not None:
-            self._direct.remember_torch(
-                slot[0], entry.torch_graph.replay, entry.fill, slot[3], entry.key, self._lock
+        if entry.framework_graph is not None:
+            self._direct.remember_framework(
+                slot[0], entry.framework_graph.replay, entry.fill, slot[3], entry.key, self._lock
             )
         elif entry.handle is not None and not entry.foreign:
             self._direct.remember_graph(
@@ -760,7 +760,7 @@ class GraphedStep:
     def _replay(self, entry: _Entry, leaves: list[Any], kinds: list[int]) -> Any:
         """Replays ``entry`` with ``leaves``, re-pointing the launches whose arrays changed."""
         self._replayed = entry
-        if entry.torch_graph is not None:  # pinned to its arrays: nothing to re-point
+        if entry.framework_graph is not None:  # pinned to its arrays: nothing to re-point
             return self._replay_torch(entry, leaves)
         bound = entry.bound
         dirty: set[int] | None = None
@@ -805,7 +805,7 @@ class GraphedStep:
         random number generators on for graphs that use them), on torch's current stream."""
         self._direct.last_stream = None
         try:
-            entry.torch_graph.replay()
+            entry.framework_graph.replay()
         except Exception as e:
             e.add_note(f"while replaying the CUDA graph of graphed step {self.__qualname__}")
             raise
@@ -936,7 +936,7 @@ class GraphedStep:
         )
         if entry is None:
             return None
-        entry.torch_graph = graph
+        entry.framework_graph = graph
         self._frameworks[type(graph)] = graph.module
         return entry
 

@@ -7,9 +7,9 @@
 //!
 //! Calls are made with the GIL held; replaying a fastlaunch graph keeps it, so a replay is
 //! never interleaved with `graphed.py` changing that graph, nor with another replay. torch's
-//! replay lets the GIL go: it runs holding the step's lock (taken without waiting; when
+//! replay (and CuPy's) lets the GIL go: it runs holding the step's lock (taken without waiting; when
 //! another thread holds it, the call takes `graphed.py`'s path, which waits for it). A graph
-//! torch captured is pinned to its arrays and never changed, only dropped; it stays alive
+//! torch or CuPy captured is pinned to its arrays and never changed, only dropped; it stays alive
 //! while a replay runs (the slot's references are taken out first).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -26,8 +26,9 @@ use crate::held_args::HeldArgs;
 /// Calls remembered per step: the last two (a loop passing two buffers by turns).
 const SLOTS: usize = 2;
 
-/// `last_stream` when the last replay was torch's, on torch's current stream.
-const TORCH_CURRENT_STREAM: usize = usize::MAX;
+/// `last_stream` when the last replay was torch's or CuPy's, on that framework's current
+/// stream.
+const FRAMEWORK_CURRENT_STREAM: usize = usize::MAX;
 
 /// One step's remembered calls; see the module documentation.
 #[pyclass(frozen, module = "fastlaunch._core")]
@@ -57,9 +58,9 @@ struct Slot {
 enum Target {
     /// A fastlaunch graph, replayed on a stream the call's form fixes.
     Graph { graph: Py<Graph>, handle: usize },
-    /// torch's `CUDAGraph.replay` (bound): a graph torch captured, replayed on torch's
-    /// current stream, holding `lock` (the step's).
-    Torch { replay: Py<PyAny>, lock: Py<PyAny> },
+    /// A graph torch or CuPy captured, replayed (`replay()`: torch's `CUDAGraph.replay`,
+    /// CuPy's `Graph.launch` on its current stream) holding `lock` (the step's).
+    Framework { replay: Py<PyAny>, lock: Py<PyAny> },
 }
 
 impl Target {
@@ -69,7 +70,7 @@ impl Target {
                 graph: graph.clone_ref(py),
                 handle: *handle,
             },
-            Target::Torch { replay, lock } => Target::Torch {
+            Target::Framework { replay, lock } => Target::Framework {
                 replay: replay.clone_ref(py),
                 lock: lock.clone_ref(py),
             },
@@ -88,7 +89,7 @@ impl Target {
                     .replay_on(*handle)?;
                 Ok(Some(*handle))
             }
-            Target::Torch { replay, lock } => {
+            Target::Framework { replay, lock } => {
                 let lock = lock.bind(py);
                 if !lock
                     .call_method1(intern!(py, "acquire"), (false,))?
@@ -99,7 +100,7 @@ impl Target {
                 let replayed = replay.call0(py);
                 lock.call_method0(intern!(py, "release"))?;
                 replayed?;
-                Ok(Some(TORCH_CURRENT_STREAM))
+                Ok(Some(FRAMEWORK_CURRENT_STREAM))
             }
         }
     }
@@ -183,10 +184,9 @@ impl DirectReplays {
         });
     }
 
-    /// Remembers a call that replayed a graph torch captured, through `replay` (its bound
-    /// `CUDAGraph.replay`), to be replayed holding `lock` (the step's; see the module
+    /// Remembers a call that replayed a graph torch or CuPy captured, through `replay()`, to be replayed holding `lock` (the step's; see the module
     /// documentation).
-    fn remember_torch(
+    fn remember_framework(
         &self,
         held: Py<HeldArgs>,
         replay: &Bound<'_, PyAny>,
@@ -201,7 +201,7 @@ impl DirectReplays {
         let replay = replay.clone().unbind();
         self.remember(Slot {
             held,
-            target: Target::Torch { replay, lock },
+            target: Target::Framework { replay, lock },
             fill,
             leaves,
             key,
@@ -231,16 +231,19 @@ impl DirectReplays {
         self.slots().len()
     }
 
-    /// The stream of the step's last replay: a handle, or None for torch's current stream.
+    /// The stream of the step's last replay: a handle, or None for torch's or CuPy's current
+    /// stream.
     #[getter]
     fn get_last_stream(&self) -> Option<usize> {
         let stream = self.last_stream.load(Ordering::Relaxed);
-        (stream != TORCH_CURRENT_STREAM).then_some(stream)
+        (stream != FRAMEWORK_CURRENT_STREAM).then_some(stream)
     }
 
     #[setter]
     fn set_last_stream(&self, stream: Option<usize>) {
-        self.last_stream
-            .store(stream.unwrap_or(TORCH_CURRENT_STREAM), Ordering::Relaxed);
+        self.last_stream.store(
+            stream.unwrap_or(FRAMEWORK_CURRENT_STREAM),
+            Ordering::Relaxed,
+        );
     }
 }
