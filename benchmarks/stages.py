@@ -58,6 +58,7 @@ def access_costs(batches: int) -> None:
             "cupy .shape": lambda: c.shape,
             "cupy .strides": lambda: c.strides,
             "cupy .dtype": lambda: c.dtype,
+            "cupy .ndim (what a launch like the last reads)": lambda: c.ndim,
             "cupy __cuda_array_interface__": lambda: c.__cuda_array_interface__,
             "cupy get_current_stream().ptr": lambda: cupy.cuda.get_current_stream().ptr,
             "fastlaunch fingerprint(cupy)": lambda: _core.fingerprint((c,)),
@@ -84,8 +85,31 @@ def access_costs(batches: int) -> None:
         pass
     d = cuda.device_array(128, np.float32)
     probes["fastlaunch fingerprint(numba)"] = lambda: _core.fingerprint((d,))
+    probes |= held_probes()
     for name, probe in probes.items():
         print(f"{name:36} {per_launch_us(probe, batches):6.3f} µs")
+
+
+def held_probes() -> dict[str, Callable[[], object]]:
+    """``HeldArgs.holds`` over 26 arrays of each source: the proof a launch like the last (and
+    a graphed call) makes that the same objects come back unchanged; the torch figure less
+    the numba one, over 26, is what reading a tensor again through torch's DLPack exchange
+    API costs."""
+    sources: dict[str, tuple[object, ...]] = {
+        "numba": tuple(cuda.device_array(128, np.float32) for _ in range(26))
+    }
+    try:
+        import torch
+
+        sources["torch"] = tuple(torch.zeros(128, device="cuda") for _ in range(26))
+    except ImportError:
+        pass
+    probes: dict[str, Callable[[], object]] = {}
+    for source, args in sources.items():
+        held = _core.step_form(args, None, 0)[3]
+        if held is not None and held.holds(args):
+            probes[f"fastlaunch HeldArgs.holds, 26 {source}"] = lambda h=held, a=args: h.holds(a)
+    return probes
 
 
 def ordering_cost(batches: int) -> None:

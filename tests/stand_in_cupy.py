@@ -39,7 +39,11 @@ class ndarray:  # noqa: N801 (CuPy's name)
             for i in range(self.ndim)
         )
         self._c_contiguous = True
-        self.data = memptr if memptr is not None else MemoryPointer(Memory(self.nbytes), 0)
+        self._data = memptr if memptr is not None else MemoryPointer(Memory(self.nbytes), 0)
+
+    @property
+    def data(self) -> MemoryPointer:  # a descriptor of the class, as CuPy's: read as CuPy's
+        return self._data
 
     @property
     def __cuda_array_interface__(self) -> dict:

@@ -149,3 +149,21 @@ def test_a_new_array_at_a_freed_arrays_address_is_read():
     (descriptor,) = _core.describe(_core.fingerprint((cai,)))
     param_types = (numba_type(descriptor),)
     assert _core.pack(param_types, (array,)) == _core.pack(param_types, (cai,))
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [((128,), (8, 16)), ((8, 16), (16, 8)), ((8, 16), (128,))],
+)
+def test_a_graphed_call_holds_cupy_arrays_until_their_shape_is_assigned(before, after):
+    """A graphed call with CuPy arrays is held (``HeldArgs``: the same objects come back with
+    the same form, and its graph replays directly) until a shape is assigned in place."""
+    array, other = FakeCupyArray(before, "float32"), FakeCupyArray((64,), "float32")
+    args = (array, other, 0.5)
+    held = _core.step_form(args, None, 0)[3]
+    assert held is not None and held.holds(args)
+    assert not held.holds((other, array, 0.5))  # other objects
+    array.shape = after
+    assert not held.holds(args)
+    array.shape = before
+    assert held.holds(args)

@@ -273,3 +273,33 @@ def test_inside_a_cupy_capture_the_step_runs_eagerly_into_it(cupy, no_warnings):
         outer.end_capture()
     assert step.counters["eager"] == 3 and step.uncapturable is None
     assert [s for s, _, _ in cuda.log] == [outer.ptr] * 3
+
+
+def test_the_same_cupy_arrays_again_replay_directly_until_a_shape_is_assigned(
+    cupy, no_warnings, monkeypatch
+):
+    """A call with the very CuPy arrays of one of the last two replays is held
+    (``HeldArgs``, each array's shape kept): replayed in one Rust call, no form computed;
+    an array whose shape was assigned in place is a new form, run eagerly, not replayed."""
+
+    @fl.graphed
+    def step(out, x):
+        op(out)
+
+    out, x, _ = arrays()
+    for _ in range(3):
+        step(out, x)
+    assert len(step._direct) == 1
+    forms: list[int] = []
+    real = _core.step_form
+    monkeypatch.setattr(_core, "step_form", lambda *a: forms.append(1) or real(*a))
+    [entry] = [e for entries in step._graphs.values() for e in entries]
+    launches = entry.framework_graph.graph.launches
+    for _ in range(4):
+        step(out, x)
+    assert forms == [] and len(launches) == 6 and step.counters["replays"] == 6
+    out.shape = (32, 32)  # the stand-in's shape is a plain attribute, as CuPy's reshape
+    out.ndim = 2
+    step(out, x)
+    assert forms == [1] and len(launches) == 6  # a new form: eager, not replayed
+    assert step.counters["eager"] == 2

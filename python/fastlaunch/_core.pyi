@@ -308,8 +308,9 @@ class HeldArgs:
     @property
     def tensor_count(self) -> int: ...
     def holds(self, args: tuple[Any, ...]) -> bool:
-        """Whether ``args`` are the very objects held, on the same current device, and every
-        tensor among them has the memory, dtype, shape, strides and device it had."""
+        """Whether ``args`` are the very objects held, on the same current device, every
+        tensor among them has the memory, dtype, shape, strides and device it had, and every
+        CuPy array the shape it had."""
 
 @final
 class DirectReplays:

@@ -3,8 +3,9 @@
 //! dtype, shape, strides and device. A torch tensor can change all of these under the same
 //! identity (`set_()`, `resize_()`, `as_strided_()`, `.data = ...`), so identity alone does
 //! not say that a later call has the same form, nor that a graph pinned to the tensor still
-//! reads and writes the tensor's memory. [`HeldArgs::holds`] says both in one call: the very
-//! same objects, the same current device, and every tensor reads as it did.
+//! reads and writes the tensor's memory. A CuPy array can change its shape (`a.shape = ...`).
+//! [`HeldArgs::holds`] says both in one call: the very same objects, the same current
+//! device, every tensor reads as it did and every CuPy array has the shape it had.
 //!
 //! Built by `step_form` (`step_form.rs`) only when every other argument keeps its form for
 //! as long as it lives (scalars, plain values, streams, numba arrays).
@@ -12,6 +13,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use crate::classify::HeldCupyShape;
 use crate::dlpack::ExchangeApi;
 use crate::errors::Error;
 use crate::held_tensor::HeldTensor;
@@ -24,6 +26,8 @@ pub(crate) struct HeldArgs {
     device: i64,
     /// The tensors among them: their index in the call, what they described.
     tensors: Vec<(usize, HeldTensor)>,
+    /// The CuPy arrays among them: their index in the call, their shape.
+    cupy_arrays: Vec<(usize, HeldCupyShape)>,
 }
 
 impl HeldArgs {
@@ -33,6 +37,7 @@ impl HeldArgs {
             args: args.clone().unbind(),
             device,
             tensors: Vec::new(),
+            cupy_arrays: Vec::new(),
         }
     }
 
@@ -53,6 +58,18 @@ impl HeldArgs {
         }
     }
 
+    /// Adds argument `index`, `arg`, when it is a CuPy array (its shape kept); false when it
+    /// is not.
+    pub(crate) fn hold_cupy_array(&mut self, arg: &Bound<'_, PyAny>, index: usize) -> bool {
+        match HeldCupyShape::read(arg) {
+            Some(shape) => {
+                self.cupy_arrays.push((index, shape));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Whether `args` are the very objects held, in order, the current device is the one
     /// they were held on, and every tensor among them reads as it did then.
     pub(crate) fn holds_args(&self, args: &Bound<'_, PyTuple>) -> bool {
@@ -66,6 +83,10 @@ impl HeldArgs {
             && self.tensors.iter().all(|(index, tensor)| {
                 held.get_borrowed_item(*index)
                     .is_ok_and(|arg| tensor.still(&arg))
+            })
+            && self.cupy_arrays.iter().all(|(index, shape)| {
+                held.get_borrowed_item(*index)
+                    .is_ok_and(|arg| shape.still(&arg))
             })
     }
 }

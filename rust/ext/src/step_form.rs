@@ -84,8 +84,9 @@ type Form<'py> = (
 /// ([`HeldArgs`]) answers whether a later call passes the very same objects with the same
 /// form; it is None when that cannot be checked so: keyword arguments, or a positional
 /// argument that is neither a tensor of the DLPack C exchange API (torch's, whose
-/// description is kept and read again) nor of a form fixed for as long as it lives
-/// (scalars, plain values, streams, numba arrays).
+/// description is kept and read again), nor a CuPy array (whose shape is kept and read
+/// again), nor of a form fixed for as long as it lives (scalars, plain values, streams,
+/// numba arrays).
 #[pyfunction]
 #[pyo3(signature = (args, kwargs, device))]
 pub(crate) fn step_form<'py>(
@@ -110,9 +111,11 @@ pub(crate) fn step_form<'py>(
         for (index, arg) in args.iter().enumerate() {
             let fixed = builder.part(&arg, index, 0)?;
             if let Some(args) = held.as_mut().filter(|_| !fixed) {
-                let tensor =
-                    exchange_api_of(&arg).is_some_and(|api| args.hold_tensor(&arg, index, api));
-                if !tensor {
+                let held_so = match exchange_api_of(&arg) {
+                    Some(api) => args.hold_tensor(&arg, index, api),
+                    None => args.hold_cupy_array(&arg, index),
+                };
+                if !held_so {
                     held = None;
                 }
             }

@@ -49,7 +49,7 @@ use crate::scratch::{ArgValue, ArrayArg, RecordCopy, Scratch, ValueAt};
 #[cfg(test)]
 pub(crate) use arrays::MAX_NDIM;
 pub(crate) use known::HeldObjects;
-pub(crate) use recheck::{ScalarSlots, Unchanged};
+pub(crate) use recheck::{HeldCupyShape, ScalarSlots, Unchanged};
 
 impl ValueAt {
     fn next(scratch: &Scratch, at: Position<'_>) -> ValueAt {

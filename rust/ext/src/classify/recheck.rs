@@ -92,6 +92,29 @@ impl Unchanged {
     }
 }
 
+/// A CuPy array's shape when a graphed call held it (`held_args.rs`): the one thing about a
+/// CuPy array that can change while it lives (see [`UnchangedKind::CupyArray`]).
+pub(crate) struct HeldCupyShape(SmallVec<[i64; 4]>);
+
+impl HeldCupyShape {
+    /// `arg`'s shape, when it is a CuPy array of a type read before on this thread.
+    pub(crate) fn read(arg: &Bound<'_, PyAny>) -> Option<Self> {
+        // SAFETY: `arg` is a valid object; its type is read without taking a reference.
+        let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
+        if !matches!(cached_strategy(type_ptr)?, Strategy::CupyArray) {
+            return None;
+        }
+        let shape = arg.getattr(pyo3::intern!(arg.py(), "shape")).ok()?;
+        let shape: Vec<i64> = shape.extract().ok()?;
+        Some(HeldCupyShape(shape.into()))
+    }
+
+    /// Whether `arg` (the very object held) still has that shape.
+    pub(crate) fn still(&self, arg: &Bound<'_, PyAny>) -> bool {
+        cupy::has_shape(arg, &self.0).unwrap_or(false)
+    }
+}
+
 /// How a scalar argument is read again: by its exact type, the value then read straight
 /// from the object (Python `float`, `int` within int64, `bool`, `complex`; NumPy scalars of
 /// a packed dtype, when NumPy's layout is the known one).
