@@ -531,3 +531,47 @@ def test_a_remembered_call_is_forgotten_when_its_graph_is_re_pointed(run_on_stan
     assert got["back"]["updates"] == 2  # re-pointed at w, then back at v: not replayed as was
     assert got["bound"]["b_is_v"]
     assert got["back"]["replays"] == 5
+
+
+def test_the_cycle_collector_sees_the_calls_a_step_remembers(run_on_stand_in):
+    """The calls a step remembers (``_core.DirectReplays``) hold their arguments, which may
+    hold the step: the collector must see them (its referents), and none once forgotten."""
+    got = run(
+        run_on_stand_in,
+        """
+        import numpy as np
+        from cuda.bindings import driver as bindings
+        from numba.cuda.cudadrv import driver as numba_driver
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        def numba_array(address):
+            pointer = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(address), 1 << 20)
+            gpu_data = numba_driver.OwnedPointer(pointer)
+            return DeviceNDArray((64, 64), (256, 4), np.float32, gpu_data=gpu_data)
+
+        u, v = numba_array(0x1000_0000), numba_array(0x2000_0000)
+        copy = kernel("copy", (u, v, 0.5))
+
+        @fl.graphed
+        def step(a, b):
+            copy[1, 1](a, b, 0.5)
+
+        for _ in range(4):
+            step(u, v)
+
+        def seen():  # what the collector sees from the remembered calls
+            found = set()
+            for referent in gc.get_referents(step._direct):
+                if type(referent) is list:  # a call's leaves
+                    found |= {"u" for x in referent if x is u} | {"v" for x in referent if x is v}
+                if type(referent).__name__ == "Graph":
+                    found.add("graph")
+            return sorted(found)
+
+        remembered = (len(step._direct), seen())
+        step._direct.take_hits(True)
+        print(json.dumps({"label": "gc", "remembered": remembered, "forgotten": seen()}))
+        """,
+    )
+    assert got["gc"]["remembered"] == [1, ["graph", "u", "v"]]
+    assert got["gc"]["forgotten"] == []
