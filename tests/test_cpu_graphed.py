@@ -111,6 +111,17 @@ PRELUDE = textwrap.dedent(
     def graphs_of(step):
         return [entry for entries in step._graphs.values() for entry in entries]
 
+    def numba_array(address, shape=(64, 64)):
+        # a numba device array over memory that is never touched: a form fixed for its life
+        import numpy as np
+        from cuda.bindings import driver as bindings
+        from numba.cuda.cudadrv import driver as numba_driver
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        pointer = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(address), 1 << 20)
+        gpu_data = numba_driver.OwnedPointer(pointer)
+        return DeviceNDArray(shape, (4 * shape[1], 4), np.float32, gpu_data=gpu_data)
+
     def show(label, step):
         print(json.dumps({{"label": label, **step.counters, "graphs": step.graph_count}}))
 
@@ -381,19 +392,8 @@ def test_remembered_forms_of_numba_arrays_never_outlive_their_graphs(run_on_stan
     out = run(
         run_on_stand_in,
         """
-        import numpy as np
-        from cuda.bindings import driver as bindings
-        from numba.cuda.cudadrv import driver as numba_driver
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
-
-        def numba_array(shape, base):
-            pointer = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(base), 1 << 20)
-            strides = (4 * shape[1], 4)
-            gpu_data = numba_driver.OwnedPointer(pointer)
-            return DeviceNDArray(shape, strides, np.float32, gpu_data=gpu_data)
-
-        a, b = numba_array((64, 64), 1 << 40), numba_array((64, 64), 1 << 41)
-        c, d = numba_array((8, 8), 1 << 42), numba_array((8, 8), 1 << 43)
+        a, b = numba_array(1 << 40), numba_array(1 << 41)
+        c, d = numba_array(1 << 42, (8, 8)), numba_array(1 << 43, (8, 8))
         k = kernel("numba_heat", (a, b, 1.0))
 
         @fl.graphed(cache_size=1)
@@ -449,16 +449,6 @@ def test_the_same_arguments_again_replay_without_their_form(run_on_stand_in):
     got = run(
         run_on_stand_in,
         """
-        import numpy as np
-        from cuda.bindings import driver as bindings
-        from numba.cuda.cudadrv import driver as numba_driver
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
-
-        def numba_array(address):  # fixed form: the fast path is for such arguments
-            pointer = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(address), 1 << 20)
-            gpu_data = numba_driver.OwnedPointer(pointer)
-            return DeviceNDArray((64, 64), (256, 4), np.float32, gpu_data=gpu_data)
-
         u, v, w = (numba_array(p) for p in (0x1000_0000, 0x2000_0000, 0x3000_0000))
         copy = kernel("copy", (u, v, 0.5))
 
@@ -498,16 +488,6 @@ def test_a_remembered_call_is_forgotten_when_its_graph_is_re_pointed(run_on_stan
     got = run(
         run_on_stand_in,
         """
-        import numpy as np
-        from cuda.bindings import driver as bindings
-        from numba.cuda.cudadrv import driver as numba_driver
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
-
-        def numba_array(address):
-            pointer = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(address), 1 << 20)
-            gpu_data = numba_driver.OwnedPointer(pointer)
-            return DeviceNDArray((64, 64), (256, 4), np.float32, gpu_data=gpu_data)
-
         u, v, w = (numba_array(p) for p in (0x1000_0000, 0x2000_0000, 0x3000_0000))
         copy = kernel("copy", (u, v, 0.5))
 
@@ -539,16 +519,6 @@ def test_the_cycle_collector_sees_the_calls_a_step_remembers(run_on_stand_in):
     got = run(
         run_on_stand_in,
         """
-        import numpy as np
-        from cuda.bindings import driver as bindings
-        from numba.cuda.cudadrv import driver as numba_driver
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
-
-        def numba_array(address):
-            pointer = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(address), 1 << 20)
-            gpu_data = numba_driver.OwnedPointer(pointer)
-            return DeviceNDArray((64, 64), (256, 4), np.float32, gpu_data=gpu_data)
-
         u, v = numba_array(0x1000_0000), numba_array(0x2000_0000)
         copy = kernel("copy", (u, v, 0.5))
 
