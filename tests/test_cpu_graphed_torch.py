@@ -7,6 +7,7 @@ another device) is never replayed with the graph of what it was; ``_core.HeldArg
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 from exchange_tensors import COMPLEX64, Tensor, fake_torch, reads
@@ -198,8 +199,6 @@ def test_a_direct_replay_waits_while_another_thread_holds_the_step(torch):
     """torch's replay lets the GIL go, so a direct replay of a graph torch captured holds the
     step's lock; while another thread holds it (re-pointing or replaying the step's graphs),
     a call waits for it instead of replaying beside it."""
-    import threading
-
     out, x, y = tensors()
 
     @fl.graphed

@@ -56,8 +56,9 @@ class GraphedCheckError(AssertionError):
     """``check=True``: a replayed graph and the eager step disagreed."""
 
 
-# A call's slot in GraphedStep._recent: its arguments held (_core.HeldArgs), device, form,
-# leaves, kinds, key, the generation at which key and entries were found, entries.
+# A call's slot in GraphedStep._recent: its arguments held (_core.HeldArgs, which also holds
+# the device), form, leaves, kinds, key, the generation at which key and entries were found,
+# entries.
 
 #: What ``GraphedStep._direct`` returns for a call it does not replay.
 _MISSED = object()
@@ -561,22 +562,21 @@ class GraphedStep:
     def _call(self, args: tuple, kwargs: dict) -> Any:
         # The last two calls whose arguments cannot change form under the same identity
         # (numba arrays, immutable scalars, streams), or can but are checked (torch tensors:
-        # their memory, shape, strides, dtype and device are kept and read again), are
-        # remembered with their form and graphs, and the graph they replayed: the very same
-        # objects again (a loop passing the same buffers, or two swapped ones) skip computing
-        # the form and looking it up, or (__call__) anything at all.
-        device = _device()
+        # their memory, shape, strides, dtype and device are kept and read again; CuPy
+        # arrays: their shape), are remembered with their form and graphs, and the graph
+        # they replayed: the very same objects again (a loop passing the same buffers, or two
+        # swapped ones) skip computing the form and looking it up, or (__call__) anything.
         self._replayed = None  # set by _replay: this call's graph, for _note_replay
         slot = None
         if not kwargs:
             for known in self._recent:
-                if known is not None and known[1] == device and known[0].holds(args):
+                if known is not None and known[0].holds(args):  # and the device
                     slot = known
                     break
         if slot is not None:
-            form, leaves, kinds = slot[2], slot[3], slot[4]
-            if slot[6] == self._generation:  # the cache is as it was: its graphs still are
-                key, entries = slot[5], slot[7]
+            form, leaves, kinds = slot[1], slot[2], slot[3]
+            if slot[5] == self._generation:  # the cache is as it was: its graphs still are
+                key, entries = slot[4], slot[6]
                 if self._mru is not key:
                     self._graphs.move_to_end(key)
                     self._mru = key
@@ -584,9 +584,9 @@ class GraphedStep:
                 self._note_replay(slot)
                 return result
         else:
-            form, leaves, kinds, held = _core.step_form(args, kwargs, device)
+            form, leaves, kinds, held = _core.step_form(args, kwargs, _device())
             if held is not None:
-                slot = [held, device, form, leaves, kinds, None, -1, None, None, -1, -1]
+                slot = [held, form, leaves, kinds, None, -1, None]
                 self._recent = [slot, self._recent[0]]
         key = form
         pins = self._pins.get(form)
@@ -597,7 +597,7 @@ class GraphedStep:
             self._graphs.move_to_end(key)
             self._mru = key
             if slot is not None:
-                slot[5], slot[6], slot[7] = key, self._generation, entries
+                slot[4], slot[5], slot[6] = key, self._generation, entries
             result = self._with(entries, form, key, args, kwargs, leaves, kinds)
             if slot is not None:
                 self._note_replay(slot)
@@ -626,11 +626,11 @@ class GraphedStep:
             return
         if entry.framework_graph is not None:
             self._direct.remember_framework(
-                slot[0], entry.framework_graph.replay, entry.fill, slot[3], entry.key, self._lock
+                slot[0], entry.framework_graph.replay, entry.fill, slot[2], entry.key, self._lock
             )
         elif entry.handle is not None and not entry.foreign:
             self._direct.remember_graph(
-                slot[0], entry.graph, entry.handle, entry.fill, slot[3], entry.key
+                slot[0], entry.graph, entry.handle, entry.fill, slot[2], entry.key
             )
 
     def _with(
@@ -761,7 +761,7 @@ class GraphedStep:
         """Replays ``entry`` with ``leaves``, re-pointing the launches whose arrays changed."""
         self._replayed = entry
         if entry.framework_graph is not None:  # pinned to its arrays: nothing to re-point
-            return self._replay_torch(entry, leaves)
+            return self._replay_framework(entry, leaves)
         bound = entry.bound
         dirty: set[int] | None = None
         for k in entry.repoint:
@@ -800,9 +800,10 @@ class GraphedStep:
         self._counters["replays"] += 1
         return entry.fill(leaves)
 
-    def _replay_torch(self, entry: _Entry, leaves: list[Any]) -> Any:
-        """Replays a graph torch captured (with torch's replay, which also moves torch's
-        random number generators on for graphs that use them), on torch's current stream."""
+    def _replay_framework(self, entry: _Entry, leaves: list[Any]) -> Any:
+        """Replays a graph torch or CuPy captured, with the framework's own replay, on its
+        current stream (torch's also moves its random number generators on for graphs that
+        use them)."""
         self._direct.last_stream = None
         try:
             entry.framework_graph.replay()

@@ -71,7 +71,8 @@ impl HeldArgs {
     }
 
     /// Whether `args` are the very objects held, in order, the current device is the one
-    /// they were held on, and every tensor among them reads as it did then.
+    /// they were held on, every tensor among them reads as it did then and every CuPy array
+    /// has the shape it had.
     pub(crate) fn holds_args(&self, args: &Bound<'_, PyTuple>) -> bool {
         let held = self.args.bind(args.py());
         let same = held.len() == args.len()

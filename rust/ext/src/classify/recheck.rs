@@ -26,7 +26,7 @@ enum UnchangedKind {
     /// numba-cuda device arrays never change their memory, shape, strides or dtype.
     NumbaArray,
     /// A CuPy array's pointer and dtype are fixed; its shape can be assigned in place.
-    CupyArray { shape: SmallVec<[i64; 4]> },
+    CupyArray(HeldCupyShape),
     /// A tensor of the DLPack C exchange API can change everything in place (`set_()`, ...):
     /// read again and compared. Its lazy negative bit was checked when it was read, with
     /// this memory (as `dlpack.rs` remembers it); complex tensors, whose conjugate bit is
@@ -49,9 +49,7 @@ impl Unchanged {
         let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
         let kind = match cached_strategy(type_ptr)? {
             Strategy::NumbaDeviceArray => UnchangedKind::NumbaArray,
-            Strategy::CupyArray => UnchangedKind::CupyArray {
-                shape: shape.into(),
-            },
+            Strategy::CupyArray => UnchangedKind::CupyArray(HeldCupyShape(shape.into())),
             Strategy::Exchange(api) => {
                 let held = HeldTensor::read(arg, api)?;
                 let (device_type, device_id) = held.device();
@@ -78,9 +76,9 @@ impl Unchanged {
         }
         match &self.kind {
             UnchangedKind::NumbaArray => true,
-            UnchangedKind::CupyArray { shape } => {
+            UnchangedKind::CupyArray(shape) => {
                 scratch.streams.has_cupy = true;
-                cupy::has_shape(arg, shape).unwrap_or(false)
+                shape.still(arg)
             }
             UnchangedKind::Tensor { held, stream } => {
                 if stream.is_some() {
@@ -92,8 +90,9 @@ impl Unchanged {
     }
 }
 
-/// A CuPy array's shape when a graphed call held it (`held_args.rs`): the one thing about a
-/// CuPy array that can change while it lives (see [`UnchangedKind::CupyArray`]).
+/// A CuPy array's shape as it was read: the one thing about a CuPy array that can change
+/// while it lives (`a.shape = ...`), checked again by launches like the last ([`Unchanged`])
+/// and by graphed calls (`held_args.rs`).
 pub(crate) struct HeldCupyShape(SmallVec<[i64; 4]>);
 
 impl HeldCupyShape {
@@ -109,7 +108,8 @@ impl HeldCupyShape {
         Some(HeldCupyShape(shape.into()))
     }
 
-    /// Whether `arg` (the very object held) still has that shape.
+    /// Whether `arg` (the very object read) still has that shape.
+    #[inline]
     pub(crate) fn still(&self, arg: &Bound<'_, PyAny>) -> bool {
         cupy::has_shape(arg, &self.0).unwrap_or(false)
     }
