@@ -7,6 +7,9 @@ the CUDA Array Interface, and the shortcut must not read what it skips."""
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 from arrays import PTR, FakeCAI
@@ -130,6 +133,30 @@ def test_a_shape_assigned_in_place_is_noticed(before, after):
     (descriptor,) = _core.describe(_core.fingerprint((cai,)))
     param_types = (numba_type(descriptor),)
     assert _core.pack(param_types, (array,)) == _core.pack(param_types, (cai,))
+
+
+def test_a_type_not_laid_out_as_cupys_ndarray_is_never_read_from_memory(monkeypatch):
+    """CuPy's object layout (`cupy_layout.rs`) is read only for subclasses of `cupy.ndarray`
+    of a CuPy that keeps it (8.0 up to 14.3) whose instances are as large as the layout. A
+    stand-in of such a CuPy, but a Python object, is read through its attributes: a read of
+    its memory as CuPy's would refute the layout (or crash), and the shape assigned in place
+    is noticed through the attributes."""
+
+    class SmallerThanCupys(FakeCupyArray):
+        pass
+
+    SmallerThanCupys.__module__ = "cupy._core.core"
+    cupy = types.ModuleType("cupy")
+    cupy.__version__ = "14.2.0"  # type: ignore[attr-defined]
+    cupy.ndarray = SmallerThanCupys  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    array = SmallerThanCupys((8, 16), "float32")
+    _core.fingerprint((array,))
+    reads = array.tuple_reads
+    array.shape = (16, 8)
+    assert _core.fingerprint((array,)) == _core.fingerprint((FakeCAI((16, 8), "<f4"),))
+    assert array.tuple_reads > reads
+    assert _core._cupy_layout() == "unconfirmed"
 
 
 def test_a_new_array_at_a_freed_arrays_address_is_read():

@@ -105,3 +105,29 @@ def test_cupy_shape_assigned_in_place_between_identical_launches():
     rows[(1, 1), (8, 8)](out, x)
     expected = cupy.arange(24, dtype=cupy.float32).reshape(6, 4) * cupy.arange(1, 7)[:, None]
     assert bool((out == expected).all())
+
+
+def test_cupy_shapes_are_read_from_cupys_layout_where_cupy_keeps_it():
+    """CuPy before 14.3 keeps its ndarray's C layout (its public C API header reads it): once
+    an array read through its attributes agrees with it, launches like the last read shapes
+    from it (`cupy_layout.rs`), and still notice a 1-D array made 2-D in place."""
+    cupy = pytest.importorskip("cupy")
+    from fastlaunch import _core
+
+    @fl.jit
+    def ndim_of(out, x):
+        out[0] = x.ndim
+
+    x = cupy.arange(24, dtype=cupy.float32)
+    out = cupy.zeros(1, dtype=cupy.int64)
+    for _ in range(2):
+        ndim_of[1, 1](out, x)
+    major, minor = (int(part) for part in cupy.__version__.split(".")[:2])
+    keeps_layout = (8, 0) <= (major, minor) < (14, 3)
+    assert _core._cupy_layout() == ("confirmed" if keeps_layout else "unconfirmed")
+    x.shape = (4, 6)
+    ndim_of[1, 1](out, x)
+    assert int(out[0]) == 2
+    x.shape = (24,)
+    ndim_of[1, 1](out, x)
+    assert int(out[0]) == 1

@@ -4,7 +4,8 @@
 //! Arrays launched before are pushed from a per-thread table (`known.rs`): a CuPy array's
 //! `data` (pointer and offset) and `dtype` are fixed for its life; only its `shape` can be
 //! assigned in place (same size, so the same shape or another ndim), and is checked on every
-//! launch: `ndim` for a 1-D array, the `shape` tuple otherwise.
+//! launch: from CuPy's object layout where it is confirmed (`crate::cupy_layout`), else
+//! `ndim` for a 1-D array and the `shape` tuple otherwise.
 
 use std::cell::RefCell;
 
@@ -34,27 +35,49 @@ pub(super) fn is_cupy_array(module: &str, class: &Bound<'_, PyAny>) -> bool {
 
 /// A `cupy.ndarray` (CuPy's current stream then counts for ordering): from the table of
 /// arrays launched before if its shape is unchanged, else read and then remembered.
-pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+/// `layout`: the strategy found CuPy's object layout readable for `arg`'s type.
+pub(super) fn read(
+    arg: &Bound<'_, PyAny>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+    layout: bool,
+) -> Result<()> {
     scratch.streams.has_cupy = true;
     push_known_or_read(
         &KNOWN_CUPY_ARRAYS,
         arg,
         scratch,
-        |array| same_shape(arg, array),
-        |scratch| read_fields(arg, at, scratch),
+        |array| has_shape(arg, array.shape(), layout),
+        |scratch| {
+            read_fields(arg, at, scratch)?;
+            if layout {
+                confirm_layout(arg, scratch);
+            }
+            Ok(())
+        },
     )
 }
 
-/// Whether `arg` still has the shape it had when `known` was read.
-#[inline]
-fn same_shape(arg: &Bound<'_, PyAny>, known: &KnownArray) -> PyResult<bool> {
-    has_shape(arg, known.shape())
+/// Compares CuPy's layout with the array just read through `arg`'s attributes.
+fn confirm_layout(arg: &Bound<'_, PyAny>, scratch: &Scratch) {
+    if let Some(known) = KnownArray::last_pushed(scratch) {
+        // SAFETY: `layout` is only set for types `cupy_layout::applies_to` accepted.
+        unsafe { crate::cupy_layout::confirm(arg, known.shape(), Some(known.data())) };
+    }
 }
 
 /// Whether CuPy array `arg` has `shape`: only the shape of a CuPy array can change in place,
 /// and only to one of the same size, so a 1-D array keeps its shape while it stays 1-D.
+/// `layout`: `arg`'s type is one whose layout may be read.
 #[inline]
-pub(super) fn has_shape(arg: &Bound<'_, PyAny>, expected: &[i64]) -> PyResult<bool> {
+pub(super) fn has_shape(arg: &Bound<'_, PyAny>, expected: &[i64], layout: bool) -> PyResult<bool> {
+    if layout {
+        // SAFETY: `layout` is only set for types `cupy_layout::applies_to` accepted.
+        if let Some(shape) = unsafe { crate::cupy_layout::shape(arg) } {
+            return Ok(shape.len() == expected.len()
+                && shape.iter().zip(expected).all(|(&a, &b)| a as i64 == b));
+        }
+    }
     let py = arg.py();
     if expected.len() == 1 {
         return Ok(int_as_u64(&arg.getattr(intern!(py, "ndim"))?)? == 1);

@@ -181,6 +181,11 @@ impl KnownArray {
         &self.dims[..self.array.ndim]
     }
 
+    /// The address of the array's first element.
+    pub(super) fn data(&self) -> u64 {
+        self.array.data
+    }
+
     /// Pushes the array again.
     #[inline]
     pub(super) fn push(&self, scratch: &mut Scratch) {

@@ -72,7 +72,10 @@ enum Strategy {
     CoreBuffer,
     /// cuda.core `StridedMemoryView`: read through its attributes.
     CoreStridedView,
-    CupyArray,
+    /// `layout`: its shape may be read from CuPy's object layout (`crate::cupy_layout`).
+    CupyArray {
+        layout: bool,
+    },
     Exchange(ExchangeApi),
     CudaArrayInterface,
     DLPack,
@@ -148,7 +151,7 @@ pub(crate) fn read_arg(
         Strategy::NumbaDeviceArray => numba::read(arg, at, scratch),
         Strategy::CoreBuffer => cuda_core::read_buffer(arg, at, scratch),
         Strategy::CoreStridedView => cuda_core::read_view(arg, at, scratch),
-        Strategy::CupyArray => cupy::read(arg, at, scratch),
+        Strategy::CupyArray { layout } => cupy::read(arg, at, scratch, layout),
         Strategy::Exchange(api) => dlpack::read_exchange(arg, api, at, scratch),
         Strategy::CudaArrayInterface => cai::read(arg, at, scratch),
         Strategy::DLPack => dlpack::read(arg, at, scratch),
@@ -233,7 +236,7 @@ pub(crate) fn source_of(arg: &Bound<'_, PyAny>) -> Option<Source> {
         Strategy::NumbaDeviceArray => Source::NumbaArray,
         Strategy::CoreBuffer
         | Strategy::CoreStridedView
-        | Strategy::CupyArray
+        | Strategy::CupyArray { .. }
         | Strategy::Exchange(_)
         | Strategy::CudaArrayInterface
         | Strategy::DLPack => Source::Array,
@@ -287,7 +290,9 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
         .map(|m| m.to_string())
         .unwrap_or_default();
     if cupy::is_cupy_array(&module, &class) {
-        return Ok(Strategy::CupyArray);
+        return Ok(Strategy::CupyArray {
+            layout: crate::cupy_layout::applies_to(&arg.get_type()),
+        });
     }
     let is_host_array = py
         .import("numpy")

@@ -49,7 +49,10 @@ impl Unchanged {
         let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
         let kind = match cached_strategy(type_ptr)? {
             Strategy::NumbaDeviceArray => UnchangedKind::NumbaArray,
-            Strategy::CupyArray => UnchangedKind::CupyArray(HeldCupyShape(shape.into())),
+            Strategy::CupyArray { layout } => UnchangedKind::CupyArray(HeldCupyShape {
+                shape: shape.into(),
+                layout,
+            }),
             Strategy::Exchange(api) => {
                 let held = HeldTensor::read(arg, api)?;
                 let (device_type, device_id) = held.device();
@@ -93,25 +96,32 @@ impl Unchanged {
 /// A CuPy array's shape as it was read: the one thing about a CuPy array that can change
 /// while it lives (`a.shape = ...`), checked again by launches like the last ([`Unchanged`])
 /// and by graphed calls (`held_args.rs`).
-pub(crate) struct HeldCupyShape(SmallVec<[i64; 4]>);
+pub(crate) struct HeldCupyShape {
+    shape: SmallVec<[i64; 4]>,
+    /// The shape may be read from CuPy's object layout (`crate::cupy_layout`).
+    layout: bool,
+}
 
 impl HeldCupyShape {
     /// `arg`'s shape, when it is a CuPy array of a type read before on this thread.
     pub(crate) fn read(arg: &Bound<'_, PyAny>) -> Option<Self> {
         // SAFETY: `arg` is a valid object; its type is read without taking a reference.
         let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
-        if !matches!(cached_strategy(type_ptr)?, Strategy::CupyArray) {
+        let Strategy::CupyArray { layout } = cached_strategy(type_ptr)? else {
             return None;
-        }
+        };
         let shape = arg.getattr(pyo3::intern!(arg.py(), "shape")).ok()?;
         let shape: Vec<i64> = shape.extract().ok()?;
-        Some(HeldCupyShape(shape.into()))
+        Some(HeldCupyShape {
+            shape: shape.into(),
+            layout,
+        })
     }
 
     /// Whether `arg` (the very object read) still has that shape.
     #[inline]
     pub(crate) fn still(&self, arg: &Bound<'_, PyAny>) -> bool {
-        cupy::has_shape(arg, &self.0).unwrap_or(false)
+        cupy::has_shape(arg, &self.shape, self.layout).unwrap_or(false)
     }
 }
 
