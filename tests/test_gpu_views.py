@@ -194,3 +194,37 @@ def test_a_new_cupy_array_at_a_freed_arrays_address_is_read():
         assert bool((out[:n] == i).all()) and bool((out[n:] == -1).all()), (i, n)
         del a
         gc.collect()
+
+
+def test_cupy_arrays_read_from_cupys_layout_pack_as_the_interface_describes_them():
+    """Once CuPy's object layout is confirmed, a CuPy array's first read takes its pointer,
+    shape, strides and dtype from it (`cupy_layout.rs`): for every kind of view, what is read
+    must fingerprint and pack as its own CUDA Array Interface describes it."""
+    cupy = pytest.importorskip("cupy")
+    from arrays import FakeCAI
+
+    from fastlaunch import _core
+    from fastlaunch.dispatcher import numba_type
+
+    base = cupy.arange(4 * 6 * 5, dtype=np.float64).reshape(4, 6, 5)
+    record_shape[1, 1](cupy.zeros(4, dtype=np.int64), base)  # read once: confirms the layout
+    arrays = [
+        base[1:, ::2],
+        base.transpose(2, 0, 1),
+        base[..., 3],
+        cupy.asfortranarray(base),
+        base[2, 3, 4],
+        cupy.zeros((0, 3), dtype=np.float32),
+        base.astype(np.int16)[::-1],
+        cupy.arange(10, dtype=np.complex64)[::3],
+    ]
+    for array in arrays:
+        cai = array.__cuda_array_interface__
+        described = FakeCAI(cai["shape"], cai["typestr"], cai["strides"], cai["data"][0])
+        assert _core.fingerprint((array,)) == _core.fingerprint((described,)), array.shape
+        (descriptor,) = _core.describe(_core.fingerprint((described,)))
+        param_types = (numba_type(descriptor),)
+        assert _core.pack(param_types, (array,)) == _core.pack(param_types, (described,))
+    major, minor = (int(part) for part in cupy.__version__.split(".")[:2])
+    if (8, 0) <= (major, minor) < (14, 3):
+        assert _core._cupy_layout() == "confirmed"

@@ -2,7 +2,8 @@
 //! (`cupy/include/cupy_public_c_api.h`, its fallback for CuPy before 14.3) reads, which CuPy
 //! keeps ABI-stable from 8.0 up to 14.3. A launch like the last proves a CuPy array
 //! unchanged by its shape (the one thing that can change in place: `a.shape = ...`); read
-//! here, that is a few integers compared instead of an attribute read.
+//! here, that is a few integers compared instead of an attribute read. An array read for
+//! the first time gets its pointer, shape, strides and dtype from here too.
 //!
 //! Trust is earned, not assumed. The layout is read only for subclasses of `cupy.ndarray`
 //! of a CuPy in that range whose instances are as large as the layout
@@ -16,6 +17,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
+use pyo3::Borrowed;
 
 /// `cupy.cuda.memory.MemoryPointer`'s fields.
 #[repr(C)]
@@ -114,13 +116,62 @@ pub(crate) unsafe fn shape<'a>(arg: &'a Bound<'_, PyAny>) -> Option<&'a [isize]>
     unsafe { read_shape(arg.as_ptr().cast()) }
 }
 
-/// Compares the layout with what `arg`'s attributes gave (`shape`, and `data` when read):
-/// a first agreement confirms the layout, any disagreement refutes it for good.
+/// What a first read takes from a CuPy array: the address of its first element, its shape
+/// and byte strides, and its dtype (borrowed from the array).
+pub(crate) struct LaidOut<'a, 'py> {
+    pub data: u64,
+    pub shape: &'a [isize],
+    pub strides: &'a [isize],
+    pub dtype: Borrowed<'a, 'py, PyAny>,
+}
+
+/// `arg` read from its memory, once the layout is confirmed; `None` before that, after a
+/// refutation, or when what is read does not look like an array.
+///
+/// # Safety
+/// `arg`'s type is one [`applies_to`] accepted.
+pub(crate) unsafe fn read<'a, 'py>(arg: &'a Bound<'py, PyAny>) -> Option<LaidOut<'a, 'py>> {
+    if TRUST.load(Ordering::Relaxed) != CONFIRMED {
+        return None;
+    }
+    // SAFETY: per the caller, `arg` is an instance of a type with this layout, alive while
+    // borrowed.
+    unsafe { read_object(arg.py(), arg.as_ptr().cast()) }
+}
+
+/// The array at `object`, read from its fields.
+///
+/// # Safety
+/// `object` points to a live object with the layout of [`NdarrayObject`], for `'a`.
+unsafe fn read_object<'a, 'py>(
+    py: Python<'py>,
+    object: *const NdarrayObject,
+) -> Option<LaidOut<'a, 'py>> {
+    // SAFETY: per the caller; its `data` and `dtype` fields are its own live MemoryPointer
+    // and dtype (or null).
+    unsafe {
+        let shape = read_vector(&(*object).shape)?;
+        let strides = read_vector(&(*object).strides)?;
+        let pointer = (*object).data;
+        if strides.len() != shape.len() || pointer.is_null() {
+            return None;
+        }
+        Some(LaidOut {
+            data: (*pointer).ptr as u64,
+            shape,
+            strides,
+            dtype: Borrowed::from_ptr_or_opt(py, (*object).dtype)?,
+        })
+    }
+}
+
+/// Compares the layout with what `arg`'s attributes gave (`shape`, and `data` when read),
+/// until it is confirmed: a first agreement confirms it, a disagreement refutes it for good.
 ///
 /// # Safety
 /// `arg`'s type is one [`applies_to`] accepted.
 pub(crate) unsafe fn confirm(arg: &Bound<'_, PyAny>, shape: &[i64], data: Option<u64>) {
-    if TRUST.load(Ordering::Relaxed) == REFUTED {
+    if TRUST.load(Ordering::Relaxed) != UNCONFIRMED {
         return;
     }
     // SAFETY: per the caller, `arg` is an instance of a type with this layout.
@@ -162,8 +213,15 @@ unsafe fn agrees(object: *const NdarrayObject, shape: &[i64], data: Option<u64>)
 /// `object` points to a live object with the layout of [`NdarrayObject`]; the slice is
 /// valid until Python code runs (which may assign the shape).
 unsafe fn read_shape<'a>(object: *const NdarrayObject) -> Option<&'a [isize]> {
-    // SAFETY: per the caller, the object has this field.
-    let vector = unsafe { &(*object).shape };
+    // SAFETY: per the caller, the object has this field, a vector it owns.
+    unsafe { read_vector(&(*object).shape) }
+}
+
+/// The values of a vector of an array, when it looks like a shape or strides.
+///
+/// # Safety
+/// `vector` is a field of a live CuPy array; the slice is valid until Python code runs.
+unsafe fn read_vector<'a>(vector: &SsizeVector) -> Option<&'a [isize]> {
     if vector.begin.is_null() {
         return vector.end.is_null().then_some(&[]);
     }
@@ -239,6 +297,34 @@ mod tests {
             assert!(!agrees(&object, &[24], None));
             assert!(!agrees(&object, &[4, 6], Some(0x7008)));
         }
+    }
+
+    #[test]
+    fn a_first_read_takes_pointer_shape_strides_and_dtype() {
+        Python::initialize();
+        Python::attach(|py| {
+            let shape = [4isize, 6];
+            let strides = [48isize, 8];
+            let mut data = pointer(0x7000);
+            let mut object = fake_array(&shape, &mut data);
+            let dtype = py.None();
+            object.strides = SsizeVector {
+                begin: strides.as_ptr(),
+                end: strides.as_ptr().wrapping_add(2),
+                capacity_end: strides.as_ptr().wrapping_add(2),
+            };
+            object.dtype = dtype.as_ptr();
+            // SAFETY: `object` has the layout and outlives the read.
+            let read = unsafe { read_object(py, &object) }.expect("an array");
+            assert_eq!(read.data, 0x7000);
+            assert_eq!(read.shape, &shape[..]);
+            assert_eq!(read.strides, &strides[..]);
+            assert!(read.dtype.is_none());
+            object.strides.end = strides.as_ptr().wrapping_add(1);
+            // SAFETY: as above.
+            let mismatched = unsafe { read_object(py, &object) };
+            assert!(mismatched.is_none(), "as many strides as dimensions");
+        });
     }
 
     #[test]

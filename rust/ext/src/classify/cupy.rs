@@ -1,5 +1,6 @@
-//! CuPy arrays: pointer from `data.ptr`; a C-contiguous array's dims from its size or
-//! shape alone (CuPy builds its `shape` and `strides` tuples anew on each access).
+//! CuPy arrays: read from CuPy's object layout where it is confirmed (`crate::cupy_layout`);
+//! else through attributes: pointer from `data.ptr`, a C-contiguous array's dims from its
+//! size or shape alone (CuPy builds its `shape` and `strides` tuples anew on each access).
 //!
 //! Arrays launched before are pushed from a per-thread table (`known.rs`): a CuPy array's
 //! `data` (pointer and offset) and `dtype` are fixed for its life; only its `shape` can be
@@ -14,8 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyTuple};
 
 use super::arrays::{
-    append_c_strides, element_type, extend_from_int_tuple, int_as_u64, push_from_tuples,
-    push_staged, stage_dims,
+    append_c_strides, element_type, extend_from_int_tuple, int_as_u64, push_array,
+    push_from_tuples, push_staged, stage_dims,
 };
 use super::known::{push_known_or_read, KnownArray, KnownObjects};
 use super::{has_attribute, Position, Scratch};
@@ -49,7 +50,7 @@ pub(super) fn read(
         scratch,
         |array| has_shape(arg, array.shape(), layout),
         |scratch| {
-            read_fields(arg, at, scratch)?;
+            read_fields(arg, at, scratch, layout)?;
             if layout {
                 confirm_layout(arg, scratch);
             }
@@ -97,8 +98,29 @@ pub(super) fn has_shape(arg: &Bound<'_, PyAny>, expected: &[i64], layout: bool) 
     Ok(true)
 }
 
-/// Reads a CuPy array's fields.
-fn read_fields(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+/// Reads a CuPy array's fields: from CuPy's object layout once it is confirmed, else
+/// through its attributes.
+fn read_fields(
+    arg: &Bound<'_, PyAny>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+    layout: bool,
+) -> Result<()> {
+    let laid_out = if layout {
+        // SAFETY: `layout` is only set for types `cupy_layout::applies_to` accepted.
+        unsafe { crate::cupy_layout::read(arg) }
+    } else {
+        None
+    };
+    if let Some(array) = laid_out {
+        let Some(scalar) = element_type(&array.dtype, at)? else {
+            scratch.needs_numba = true;
+            return Ok(());
+        };
+        let shape = array.shape.iter().map(|&extent| extent as i64);
+        let strides = array.strides.iter().map(|&stride| stride as i64);
+        return push_array(scratch, at, array.data, scalar, shape, Some(strides), false);
+    }
     let py = arg.py();
     let Some(scalar) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
         scratch.needs_numba = true;
