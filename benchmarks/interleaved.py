@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Cases D and B timed interleaved: every variant once per round, in a shuffled order.
+"""Cases D, B and C timed interleaved: every variant once per round, in a shuffled order.
 
 usage: python3 benchmarks/interleaved.py [--out DIR] [--rounds 60] [--seconds 120]
-           [--batch N | --batches 64,256] [--cases D,B] [--sources numba,cupy,torch]
+           [--batch N | --batches 64,256] [--cases D,B,C] [--sources numba,cupy,torch]
            [--floor-every 10] [--floor-batches 50] [--floor-bin PATH] [--no-floor] [--seed 0]
 
 Why: the pytest suite runs each benchmark's batches back to back, so a slow spell of a shared
@@ -89,9 +89,11 @@ from benchmarks.harness import (  # noqa: E402
 )
 from benchmarks.run import DEFAULT_FLOOR_BIN, PATH_LABELS, environment, find_floor_binary  # noqa: E402
 
-CASE_IDS = ("D", "B")
+CASE_IDS = ("D", "B", "C")
 SOURCES = ("numba", "cupy", "torch")
 POINTER_READS = {"torch": "{}.data_ptr()", "cupy": "{}.data.ptr"}
+#: a scalar parameter's PTX type in the by-hand kernels (Python ints and floats as 8 bytes)
+PTX_SCALAR_TYPES = {"int64": ".u64", "float64": ".f64", "float32": ".f32"}
 PATH_ORDER = ("cuda.bindings", "fastlaunch.bind", "fastlaunch", "cuda.core", "cupy.RawKernel")
 #: the Rust floor bench's paths shown in the table (all of them are kept in the JSON)
 FLOOR_ROWS = {"floor": "C floor (Rust cuLaunchKernel, packed once)", "packer": "Rust packer"}
@@ -166,20 +168,23 @@ def _cuda_core_build(case: Case, source: str, make: Callable, arrays: str) -> Ca
         import cuda.core as cuda_core
         from cuda.core import Device, LaunchConfig, ObjectCode, launch
 
-        if case.scalar_types:
-            raise ValueError("cuda.core by hand: only cases of arrays alone")
         device = Device(0)
         device.set_current()
         entry = f"pointers_{case.id.lower()}"
         cc = tuple(device.compute_capability)
-        ptx = empty_kernel_ptx(entry, [".u64"] * case.n_arrays, ptx_target((cc[0], cc[1])))
+        param_types = [".u64"] * case.n_arrays + [PTX_SCALAR_TYPES[t] for t in case.scalar_types]
+        ptx = empty_kernel_ptx(entry, param_types, ptx_target((cc[0], cc[1])))
         kernel = ObjectCode.from_ptx(ptx.encode(), name=entry).get_kernel(entry)
         tensors = _arrays(make, case, arrays)
         names: dict[str, Any] = {"launch": launch, "kernel": kernel}
         names["stream"] = getattr(cuda_core, "LEGACY_DEFAULT_STREAM", None) or device.default_stream
         names["config"] = LaunchConfig(grid=1, block=1)
         names |= {f"a{i}": t for i, t in enumerate(tensors)}
-        call = ", ".join(POINTER_READS[source].format(f"a{i}") for i in range(case.n_arrays))
+        names |= {f"s{i}": v for i, v in enumerate(case.scalar_values)}
+        call = ", ".join(
+            [POINTER_READS[source].format(f"a{i}") for i in range(case.n_arrays)]
+            + [f"s{i}" for i in range(len(case.scalar_values))]
+        )
         statement = f"launch(stream, config, kernel, {call})"
         return (lambda n: make_statement_batch(statement, names, n)), tensors
 
@@ -692,7 +697,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="several batch sizes timed in the same rounds, e.g. 64,256 (overrides --batch)",
     )
     ap.add_argument(
-        "--cases", type=_name_list(CASE_IDS), default=list(CASE_IDS), help="D,B (default both)"
+        "--cases",
+        type=_name_list(CASE_IDS),
+        default=list(CASE_IDS),
+        help="D,B,C (default all three)",
     )
     ap.add_argument(
         "--sources",
