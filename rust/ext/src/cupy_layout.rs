@@ -117,11 +117,15 @@ pub(crate) unsafe fn shape<'a>(arg: &'a Bound<'_, PyAny>) -> Option<&'a [isize]>
 }
 
 /// What a first read takes from a CuPy array: the address of its first element, its shape
-/// and byte strides, and its dtype (borrowed from the array).
+/// and byte strides, whether CuPy holds it C-contiguous, and its dtype (borrowed from the
+/// array).
 pub(crate) struct LaidOut<'a, 'py> {
     pub data: u64,
     pub shape: &'a [isize],
+    /// As CuPy keeps them: for an empty array they need not be the C strides its CUDA Array
+    /// Interface (and numba-cuda) gives, which follow from the shape when `c_contiguous`.
     pub strides: &'a [isize],
+    pub c_contiguous: bool,
     pub dtype: Borrowed<'a, 'py, PyAny>,
 }
 
@@ -160,6 +164,7 @@ unsafe fn read_object<'a, 'py>(
             data: (*pointer).ptr as u64,
             shape,
             strides,
+            c_contiguous: (*object).c_contiguous != 0,
             dtype: Borrowed::from_ptr_or_opt(py, (*object).dtype)?,
         })
     }
@@ -314,11 +319,13 @@ mod tests {
                 capacity_end: strides.as_ptr().wrapping_add(2),
             };
             object.dtype = dtype.as_ptr();
+            object.c_contiguous = 1;
             // SAFETY: `object` has the layout and outlives the read.
             let read = unsafe { read_object(py, &object) }.expect("an array");
             assert_eq!(read.data, 0x7000);
             assert_eq!(read.shape, &shape[..]);
             assert_eq!(read.strides, &strides[..]);
+            assert!(read.c_contiguous);
             assert!(read.dtype.is_none());
             object.strides.end = strides.as_ptr().wrapping_add(1);
             // SAFETY: as above.

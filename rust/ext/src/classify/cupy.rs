@@ -118,8 +118,9 @@ fn read_fields(
             return Ok(());
         };
         let shape = array.shape.iter().map(|&extent| extent as i64);
-        let strides = array.strides.iter().map(|&stride| stride as i64);
-        return push_array(scratch, at, array.data, scalar, shape, Some(strides), false);
+        // As the attribute read below: a C-contiguous array's strides follow from its shape.
+        let strides = (!array.c_contiguous).then(|| array.strides.iter().map(|&s| s as i64));
+        return push_array(scratch, at, array.data, scalar, shape, strides, false);
     }
     let py = arg.py();
     let Some(scalar) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
