@@ -37,6 +37,32 @@ def per_launch_us(call: Callable[[], object], batches: int) -> float:
     return statistics.median(samples)
 
 
+def paired_us(
+    full: Callable[[], object], bound: Callable[[], object], batches: int
+) -> tuple[float, float, float]:
+    """Medians of a full and a bound launch timed in alternating batches, and the median of
+    their paired differences (what reading the arguments costs), so that the host's drift
+    during the run lands on both alike."""
+    for call in (full, bound):
+        for _ in range(BATCH):
+            call()
+    fl.synchronize()
+    samples: dict[Callable[[], object], list[float]] = {full: [], bound: []}
+    for _ in range(batches):
+        for call in (full, bound):
+            start = time.perf_counter()
+            for _ in range(BATCH):
+                call()
+            samples[call].append((time.perf_counter() - start) / BATCH * 1e6)
+            fl.synchronize()
+    differences = [f - b for f, b in zip(samples[full], samples[bound], strict=True)]
+    return (
+        statistics.median(samples[full]),
+        statistics.median(samples[bound]),
+        statistics.median(differences),
+    )
+
+
 def kernel(n_arrays: int, n_scalars: int, ndim: int) -> fl.Kernel:
     names = [f"a{i}" for i in range(n_arrays)] + [f"s{i}" for i in range(n_scalars)]
     source = f"def empty({', '.join(names)}):\n    pass\n"
@@ -153,9 +179,10 @@ def main() -> None:
             args = (*arrays, *scalars)
             launcher = k[1, 1]
             bound = launcher.bind(*args)
-            full = per_launch_us(lambda launcher=launcher, args=args: launcher(*args), batches)
-            prebound = per_launch_us(bound, batches)
-            rows.append((case, source, full, prebound, full - prebound))
+            full, prebound, args_us = paired_us(
+                lambda launcher=launcher, args=args: launcher(*args), bound, batches
+            )
+            rows.append((case, source, full, prebound, args_us))
     access_costs(batches)
     ordering_cost(batches)
     print(f"{'case':32} {'source':6} {'full µs':>8} {'bound µs':>9} {'args µs':>8}")
