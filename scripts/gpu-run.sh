@@ -32,7 +32,7 @@
 #   graphed    python3 benchmarks/graphed.py --out $OUT $GRAPHED_ARGS: fastlaunch.graphed
 #              against eager fastlaunch, numba-cuda and a hand-captured graph (cuda.bindings);
 #              not part of `all`
-#   interleaved python3 benchmarks/interleaved.py --out $OUT $INTERLEAVED_ARGS: cases D and B,
+#   interleaved python3 benchmarks/interleaved.py --out $OUT $INTERLEAVED_ARGS: cases D, B and C,
 #              every variant (fastlaunch, cuda.core, CuPy RawKernel, cuda.bindings) once per
 #              round in a shuffled order, the Rust floor (.gpu/bin/launch-bench: carry .gpu)
 #              run between rounds; e.g. INTERLEAVED_ARGS="--batches 64,256 --rounds 60"
@@ -249,7 +249,7 @@ main() {
       conformance) name="conformance/run.py (numba-cuda's own tests)" fn=conformance ;;
       threads) name="thread scaling (Rust floor, fastlaunch, numba-cuda)" fn=thread_scaling ;;
       graphed) name="benchmarks/graphed.py (graphed steps)" fn=graphed_bench ;;
-      interleaved) name="benchmarks/interleaved.py (cases D and B, interleaved)" fn=interleaved_bench ;;
+      interleaved) name="benchmarks/interleaved.py (cases D, B and C, interleaved)" fn=interleaved_bench ;;
       fresh) name="scripts/fresh-wheel.sh (the wheel alone, fresh venv)" fn=fresh ;;
       ab) name="benchmarks/ab_probe.py (.whl-old against .whl)" fn=ab ;;
     esac
