@@ -72,7 +72,7 @@ enum Strategy {
     CoreBuffer,
     /// cuda.core `StridedMemoryView`: read through its attributes.
     CoreStridedView,
-    /// `layout`: its shape may be read from CuPy's object layout (`crate::cupy_layout`).
+    /// `layout`: its arrays may be read from CuPy's object layout (`crate::cupy_layout`).
     CupyArray {
         layout: bool,
     },
