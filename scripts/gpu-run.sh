@@ -15,6 +15,8 @@
 #   tests      python3 -m pytest -m gpu tests $PYTEST_ARGS
 #   bench      python3 benchmarks/run.py --out $OUT $BENCH_ARGS (when that file exists)
 #   stages     python3 benchmarks/stages.py (per-stage launch cost)
+#   gap        python3 benchmarks/gap_probe.py: case D's reused-minus-bound cost timed the ways
+#              stages.py and interleaved.py time it, in one process; not part of `all`
 #   conformance python3 conformance/run.py --out $OUT (numba-cuda's own tests, plain and
 #              installed): all 119 modules (about 200 s with CONFORMANCE_JOBS=14), or the
 #              K-th of N groups (CONFORMANCE_GROUP=K/N), or CONFORMANCE_MODULES=a,b,c; 8
@@ -160,6 +162,10 @@ stages() {
   python3 benchmarks/stages.py
 }
 
+gap_probe() {
+  python3 benchmarks/gap_probe.py | tee "$OUT/gap.txt"
+}
+
 thread_scaling() {
   local bins=(.gpu/bin/launch-bench*) rc=0
   if ((${#bins[@]})); then
@@ -230,9 +236,9 @@ main() {
   for arg in "${@:-all}"; do
     case $arg in
       all) parts+=(rust tests stages conformance bench) ;;
-      rust | tests | bench | rustbench | stages | conformance | threads | graphed | interleaved | fresh | ab) parts+=("$arg") ;;
+      rust | tests | bench | rustbench | stages | gap | conformance | threads | graphed | interleaved | fresh | ab) parts+=("$arg") ;;
       *)
-        echo "gpu-run: unknown part '$arg' (rust, tests, stages, conformance, bench, rustbench, threads, graphed, interleaved, fresh, ab, all)"
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, gap, conformance, bench, rustbench, threads, graphed, interleaved, fresh, ab, all)"
         return 2
         ;;
     esac
@@ -246,6 +252,7 @@ main() {
       bench) name="benchmarks/run.py" fn=bench ;;
       rustbench) name="criterion benches" fn=rust_bench ;;
       stages) name="benchmarks/stages.py (per-stage launch cost)" fn=stages ;;
+      gap) name="benchmarks/gap_probe.py (reused minus bound, timed four ways)" fn=gap_probe ;;
       conformance) name="conformance/run.py (numba-cuda's own tests)" fn=conformance ;;
       threads) name="thread scaling (Rust floor, fastlaunch, numba-cuda)" fn=thread_scaling ;;
       graphed) name="benchmarks/graphed.py (graphed steps)" fn=graphed_bench ;;
