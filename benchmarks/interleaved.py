@@ -30,7 +30,9 @@ its own kernel object and arrays; a variant whose set-up fails is reported and s
 
 - ``fastlaunch`` ``k[1, 1](*args)`` inline over views of one buffer and over fresh arrays,
   and a reused launcher (``cfg = k[1, 1]`` once, ``cfg(*args)``) over fresh arrays;
-- ``fastlaunch.bind``: ``k[1, 1].bind(*args)`` over fresh numba arrays, called bare;
+- ``fastlaunch.bind``: ``k[1, 1].bind(*args)`` over fresh numba arrays, called bare; and the
+  same bound launch submitted from one Rust loop (``_submit_repeatedly(n)``, no Python per
+  launch): a floor measured inside this process, whatever slows the process down;
 - ``cuda.core``: ``launch(stream, config, kernel, a0.data.ptr, ...)`` (CuPy) or
   ``a0.data_ptr()`` (torch), the pointers read per call, fresh and views
   (``test_cuda_core_by_hand``);
@@ -158,6 +160,8 @@ def _fastlaunch_build(case: Case, make: Callable, spelling: str, arrays: str) ->
         launcher = kernel[1, 1]
         launcher(*args)  # compiled before it is bound
         bound = launcher.bind(*args)
+        if spelling == "rust loop":  # the floor inside this process: no Python per launch
+            return (lambda n: lambda: bound._submit_repeatedly(n)), (kernel, args)
         return (lambda n: make_batch(bound, (), n)), (kernel, args)
 
     return build
@@ -243,6 +247,9 @@ def variants_for(case: Case, makers: dict[str, Callable]) -> list[Variant]:
         out.append(Variant(c, "cuda.bindings", "raw", "packed once", "—", "fresh", build))
         build = _fastlaunch_build(case, numba, "bound", "fresh")
         out.append(Variant(c, "fastlaunch.bind", "numba", "bound", "bound", "fresh", build))
+        build = _fastlaunch_build(case, numba, "rust loop", "fresh")
+        mode = "Rust loop, in-process floor"
+        out.append(Variant(c, "fastlaunch.bind", "numba", mode, "bound", "fresh", build))
     for source, make in makers.items():
         for spelling, arrays in (("inline", "views"), ("inline", "fresh"), ("reused", "fresh")):
             build = _fastlaunch_build(case, make, spelling, arrays)

@@ -102,6 +102,16 @@ impl BoundLaunch {
         }
     }
 
+    /// For benchmarks: submits the launch `times` times from one Rust loop, with no Python
+    /// between launches (a floor measured inside the calling process, beside the launches it
+    /// makes from Python).
+    fn _submit_repeatedly(&self, py: Python<'_>, times: usize) -> Result<()> {
+        for _ in 0..times {
+            self.__call__(py)?;
+        }
+        Ok(())
+    }
+
     /// Replaces every argument (same types as bound), repacking them all.
     #[pyo3(signature = (*args))]
     fn set_args(&mut self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> Result<()> {
