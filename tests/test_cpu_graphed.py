@@ -545,3 +545,43 @@ def test_the_cycle_collector_sees_the_calls_a_step_remembers(run_on_stand_in):
     )
     assert got["gc"]["remembered"] == [1, ["graph", "u", "v"]]
     assert got["gc"]["forgotten"] == []
+
+
+def test_arguments_referring_back_to_their_graph_or_bound_launch_are_collected(
+    run_on_stand_in,
+):
+    """Graphs, their launches and bound launches show what they keep alive to the cycle
+    collector (`__traverse__`): an argument that refers back to the graph or bound launch
+    holding it forms a cycle, which is collected once nothing else holds it."""
+    out = run(
+        run_on_stand_in,
+        """
+        class Holder(CAI):
+            back = None
+
+        def report(label, holder, owner):
+            referents = gc.get_referents(owner)
+            if isinstance(owner, _core.Graph):
+                referents = [r for launch in owner.launches for r in gc.get_referents(launch)]
+            held = any(r is holder for r in referents)
+            holder.back = owner
+            return label, held, weakref.ref(holder)
+
+        refs = []
+        a = Holder((64, 64), ptr=0x5000_0000)
+        refs.append(report("bound", a, heat[1, 1].bind(a, v, 0.5)))
+        b = Holder((64, 64), ptr=0x6000_0000)
+        graph = fl.graph()
+        with graph:
+            heat[1, 1](b, v, 0.5)
+        refs.append(report("graph", b, graph))
+        del a, b, graph
+        gc.collect()
+        for label, held, ref in refs:
+            print(json.dumps({"label": label, "held": held, "collected": ref() is None}))
+        """,
+    )
+    assert out == {
+        "bound": {"held": True, "collected": True},
+        "graph": {"held": True, "collected": True},
+    }

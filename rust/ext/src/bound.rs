@@ -6,6 +6,7 @@ use std::sync::Arc;
 use fastlaunch_driver::{self as driver, LaunchDims};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::code::CompiledCode;
 use crate::devices::{compute_capability_code, driver};
@@ -78,6 +79,14 @@ pub(crate) fn bind(
 
 #[pymethods]
 impl BoundLaunch {
+    /// What it keeps alive, shown to the cycle collector: an argument that refers back to
+    /// its bound launch is then collected (none of these is dropped before the launch is).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+        visit.call(&self.kernel)?;
+        visit.call(&self._stream)?;
+        self.packed.traverse(&visit)
+    }
+
     /// Submits the launch again, as bound.
     #[inline]
     fn __call__(&self, py: Python<'_>) -> Result<()> {

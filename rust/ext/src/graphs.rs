@@ -13,6 +13,7 @@ use std::sync::Arc;
 use fastlaunch_driver::{self as driver, CaptureMode, Driver, GraphNode, KernelNodeParams};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::code::CompiledCode;
 use crate::devices::driver;
@@ -123,6 +124,16 @@ pub struct Graph {
 
 #[pymethods]
 impl Graph {
+    /// What it keeps alive, shown to the cycle collector: an argument that refers back to
+    /// its graph is then collected (none of these is dropped before the graph is).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+        visit.call(&self.stream)?;
+        self.launches
+            .iter()
+            .try_for_each(|launch| visit.call(launch))?;
+        self.held.iter().try_for_each(|arg| visit.call(arg))
+    }
+
     /// A graph to capture from `stream` (a stream object or handle, not a default stream).
     #[new]
     #[pyo3(signature = (stream, mode = "global"))]
@@ -304,6 +315,12 @@ pub struct GraphLaunch {
 
 #[pymethods]
 impl GraphLaunch {
+    /// What it keeps alive, shown to the cycle collector (see `Graph.__traverse__`).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+        visit.call(&self.kernel)?;
+        self.packed.traverse(&visit)
+    }
+
     /// Replaces every argument (same types as captured); later replays use them.
     #[pyo3(signature = (*args))]
     fn set_args(&mut self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> Result<()> {

@@ -8,6 +8,7 @@ use std::ops::Range;
 use fastlaunch_driver::ParamBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::classify::fingerprint::split_arguments;
 use crate::classify::{read_arg, Position};
@@ -113,6 +114,11 @@ impl PackedArgs {
     /// The arguments packed here, in order.
     pub(crate) fn args(&self) -> &[Py<PyAny>] {
         &self.args
+    }
+
+    /// Shows the arguments kept alive here to the cycle collector.
+    pub(crate) fn traverse(&self, visit: &PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+        self.args.iter().try_for_each(|arg| visit.call(arg))
     }
 
     /// Packs the arguments classified in `scratch`.
