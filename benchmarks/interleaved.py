@@ -97,6 +97,8 @@ POINTER_READS = {"torch": "{}.data_ptr()", "cupy": "{}.data.ptr"}
 #: a scalar parameter's PTX type in the by-hand kernels (Python ints and floats as 8 bytes)
 PTX_SCALAR_TYPES = {"int64": ".u64", "float64": ".f64", "float32": ".f32"}
 PATH_ORDER = ("cuda.bindings", "fastlaunch.bind", "fastlaunch", "cuda.core", "cupy.RawKernel")
+#: the mode of the floor submitted from a Rust loop inside this process (``_submit_repeatedly``)
+IN_PROCESS_FLOOR = "Rust loop, in-process floor"
 #: the Rust floor bench's paths shown in the table (all of them are kept in the JSON)
 FLOOR_ROWS = {"floor": "C floor (Rust cuLaunchKernel, packed once)", "packer": "Rust packer"}
 
@@ -248,8 +250,9 @@ def variants_for(case: Case, makers: dict[str, Callable]) -> list[Variant]:
         build = _fastlaunch_build(case, numba, "bound", "fresh")
         out.append(Variant(c, "fastlaunch.bind", "numba", "bound", "bound", "fresh", build))
         build = _fastlaunch_build(case, numba, "rust loop", "fresh")
-        mode = "Rust loop, in-process floor"
-        out.append(Variant(c, "fastlaunch.bind", "numba", mode, "bound", "fresh", build))
+        out.append(
+            Variant(c, "fastlaunch.bind", "numba", IN_PROCESS_FLOOR, "bound", "fresh", build)
+        )
     for source, make in makers.items():
         for spelling, arrays in (("inline", "views"), ("inline", "fresh"), ("reused", "fresh")):
             build = _fastlaunch_build(case, make, spelling, arrays)
@@ -413,11 +416,17 @@ def _quantiles(values: Sequence[float]) -> tuple[float, float, float]:
 
 def summarize(timed: Sequence[Timed], floor: Floor | None) -> list[dict[str, Any]]:
     """One row per variant and batch size (and per C floor path, case and batch size):
-    µs per launch median / p10 / p90, × the C floor, × cuda.bindings in the same round."""
+    µs per launch median / p10 / p90, × the C floor, and × cuda.bindings and × the Rust loop
+    (the two in-process floors) in the same round."""
     bindings = {
         (t.variant.case, t.batch): t.seconds
         for t in timed
         if t.variant.path == "cuda.bindings" and t.seconds
+    }
+    loops = {
+        (t.variant.case, t.batch): t.seconds
+        for t in timed
+        if t.variant.mode == IN_PROCESS_FLOOR and t.seconds
     }
     rows: list[dict[str, Any]] = []
     for key in sorted({(t.variant.case, t.batch) for t in timed}):
@@ -449,7 +458,6 @@ def summarize(timed: Sequence[Timed], floor: Floor | None) -> list[dict[str, Any
                     "rounds": len(runs),
                 }
             )
-        paired_floor = bindings.get(key)
         for t in timed:
             if (t.variant.case, t.batch) != key:
                 continue
@@ -466,14 +474,18 @@ def summarize(timed: Sequence[Timed], floor: Floor | None) -> list[dict[str, Any
                 row["per_round_us"] = {i: s * 1e6 / batch for i, s in t.seconds.items()}
                 if c_floor:
                     row["x_c_floor"] = row["median_us"] / c_floor
-                if paired_floor:
-                    ratios = [
-                        s / paired_floor[i] for i, s in t.seconds.items() if i in paired_floor
-                    ]
-                    if ratios:
-                        row["x_bindings_paired"] = statistics.median(ratios)
+                for name, floors in (("x_bindings_paired", bindings), ("x_loop_paired", loops)):
+                    ratio = _paired_ratio(t.seconds, floors.get(key))
+                    if ratio is not None:
+                        row[name] = ratio
             rows.append(row)
     return rows
+
+
+def _paired_ratio(seconds: dict[int, float], floor: dict[int, float] | None) -> float | None:
+    """The median over the rounds of ``seconds`` / ``floor`` in the same round."""
+    ratios = [s / floor[i] for i, s in seconds.items() if floor and i in floor]
+    return statistics.median(ratios) if ratios else None
 
 
 def host_drift(timed: Sequence[Timed]) -> dict[str, float] | None:
@@ -549,7 +561,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         "rounds, same case and batch size, `[1, 1]`; its p10 and p90 are the medians of each "
         "run's own). **× cuda.bindings**: the median over the "
         "rounds of this variant's time / the in-process `cuda.bindings` floor's time (packed "
-        "once) in the same round. **drain**: the synchronize after each batch, µs per batch "
+        "once) in the same round. **× Rust loop**: the same, against the bound launch "
+        "submitted from one Rust loop in this process (`_submit_repeatedly`, no Python per "
+        "launch). **drain**: the synchronize after each batch, µs per batch "
         "(large when the GPU had a queue to work off).",
         "",
     ]
@@ -575,8 +589,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "## µs per launch",
         "",
         "| case | batch | path | source | mode | spelling | arrays | µs median | p10 | p90 "
-        "| × C floor | × cuda.bindings | drain µs | rounds |",
-        "|---|--:|---|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|",
+        "| × C floor | × cuda.bindings | × Rust loop | drain µs | rounds |",
+        "|---|--:|---|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for case in settings["cases"]:
         for batch in settings["batches"]:
@@ -588,6 +602,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                     f"| {r['spelling']} | {r['arrays']} | {_us(r.get('median_us'))} "
                     f"| {_us(r.get('p10_us'))} | {_us(r.get('p90_us'))} "
                     f"| {_ratio(r.get('x_c_floor'))} | {_ratio(r.get('x_bindings_paired'))} "
+                    f"| {_ratio(r.get('x_loop_paired'))} "
                     f"| {_us(r.get('drain_us'))} | {r.get('rounds', 0)} |"
                 )
     out.append("")

@@ -51,15 +51,17 @@ def floor_binary(tmp_path):
 
 
 def entries(interleaved, batches, calls):
-    """Stand-in entries of case D: each batch appends its name to ``calls``; the cuda.bindings
-    one is fastest, one fastlaunch variant raises in its third round."""
+    """Stand-in entries of case D: each batch appends its name to ``calls``; the in-process
+    floors (cuda.bindings, the Rust loop) are fastest, one fastlaunch variant raises in its
+    third round."""
     made = []
-    for path, source, cost in [
-        ("cuda.bindings", "raw", 1),
-        ("fastlaunch", "numba", 2),
-        ("fastlaunch", "cupy", 3),
+    for path, source, mode, cost in [
+        ("cuda.bindings", "raw", "m", 1),
+        ("fastlaunch.bind", "numba", interleaved.IN_PROCESS_FLOOR, 1),
+        ("fastlaunch", "numba", "m", 2),
+        ("fastlaunch", "cupy", "m", 3),
     ]:
-        variant = interleaved.Variant("D", path, source, "m", "inline", "views", build=None)
+        variant = interleaved.Variant("D", path, source, mode, "inline", "views", build=None)
         for n in batches:
 
             def run(name=f"{path}/{source}/{n}", cost=cost * n):
@@ -96,7 +98,7 @@ def test_rounds_floor_runs_and_report(interleaved, floor_binary, tmp_path):
     )
     assert report["rounds_done"] == 5 and not report["stopped"]
     # every entry once per round, in a shuffled order, a synchronize before and after each
-    rounds = [calls[i : i + 6] for i in range(0, 12, 6)]
+    rounds = [calls[i : i + 8] for i in range(0, 16, 8)]
     assert sorted(rounds[0]) == sorted(rounds[1]) and rounds[0] != rounds[1]
     assert len(syncs) == 2 * len(calls)
     failed = [t for t in timed if t.error]
@@ -117,6 +119,8 @@ def test_rounds_floor_runs_and_report(interleaved, floor_binary, tmp_path):
     assert fast["x_c_floor"] == pytest.approx(fast["median_us"] / 5.0)
     assert fast["x_bindings_paired"] > 1.0
     assert rows[("cuda.bindings", "raw", 256)]["x_bindings_paired"] == 1.0
+    assert fast["x_loop_paired"] > 1.0
+    assert rows[("fastlaunch.bind", "numba", 256)]["x_loop_paired"] == 1.0
 
     report |= {"settings": vars(args) | {"cases": ["D"]}, "skipped": {"D torch": "not here"}}
     markdown = interleaved.write_report(report, tmp_path / "out")
@@ -124,6 +128,7 @@ def test_rounds_floor_runs_and_report(interleaved, floor_binary, tmp_path):
     saved = json.loads((tmp_path / "out" / "interleaved.json").read_text())
     assert saved["rounds_done"] == 5
     assert "| D | 256 | **fastlaunch** | numba |" in markdown
+    assert "| × cuda.bindings | × Rust loop |" in markdown
     assert "## Batch 64 against batch 256" in markdown
     assert "stand-in failure" in markdown and "skipped D torch: not here" in markdown
     assert "No C floor" not in markdown
