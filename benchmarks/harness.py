@@ -206,6 +206,37 @@ def numba_ptx_types(case: Case) -> list[str]:
     ]
 
 
+#: how a cuda.core user reads an array's pointer on each call, per source
+POINTER_READS = {"torch": "{}.data_ptr()", "cupy": "{}.data.ptr"}
+
+
+def cuda_core_by_hand(case: Case, source: str, arrays: Sequence[Any]) -> tuple[str, dict]:
+    """What a cuda.core user writes for torch or CuPy ``arrays``: a kernel taking one pointer
+    per array (then the case's scalars), launched with
+    ``launch(stream, config, kernel, a0.data_ptr(), ..., s0, ...)``. Returns that statement
+    and the names it uses, for :func:`make_statement_batch`."""
+    import cuda.core as cuda_core
+    from cuda.core import Device, LaunchConfig, ObjectCode, launch
+
+    device = Device(0)
+    device.set_current()
+    entry = f"pointers_{case.id.lower()}"
+    cc = tuple(device.compute_capability)
+    param_types = [".u64"] * case.n_arrays + [_PTX_TYPE[t] for t in case.scalar_types]
+    ptx = empty_kernel_ptx(entry, param_types, ptx_target((cc[0], cc[1])))
+    kernel = ObjectCode.from_ptx(ptx.encode(), name=entry).get_kernel(entry)
+    names: dict[str, Any] = {"launch": launch, "kernel": kernel}
+    names["stream"] = getattr(cuda_core, "LEGACY_DEFAULT_STREAM", None) or device.default_stream
+    names["config"] = LaunchConfig(grid=1, block=1)
+    names |= {f"a{i}": a for i, a in enumerate(arrays)}
+    names |= {f"s{i}": v for i, v in enumerate(case.scalar_values)}
+    call = ", ".join(
+        [POINTER_READS[source].format(f"a{i}") for i in range(case.n_arrays)]
+        + [f"s{i}" for i in range(len(case.scalar_values))]
+    )
+    return f"launch(stream, config, kernel, {call})", names
+
+
 def empty_kernel_ptx(entry: str, param_types: Sequence[str], target: str = "sm_90") -> str:
     """PTX text of an empty kernel; the same generator as rust/driver/benches/launch.rs."""
     params = ",\n".join(f"\t.param {t} {entry}_param_{i}" for i, t in enumerate(param_types))

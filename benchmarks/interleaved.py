@@ -72,10 +72,12 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.harness import (  # noqa: E402
     BATCH,
     CASES,
+    POINTER_READS,
     Case,
     PackedParams,
     apply_numpy_shim,
     array_makers,
+    cuda_core_by_hand,
     cupy_scalars,
     cupy_source,
     empty_kernel_ptx,
@@ -93,9 +95,6 @@ from benchmarks.run import DEFAULT_FLOOR_BIN, PATH_LABELS, environment, find_flo
 
 CASE_IDS = ("D", "B", "C")
 SOURCES = ("numba", "cupy", "torch")
-POINTER_READS = {"torch": "{}.data_ptr()", "cupy": "{}.data.ptr"}
-#: a scalar parameter's PTX type in the by-hand kernels (Python ints and floats as 8 bytes)
-PTX_SCALAR_TYPES = {"int64": ".u64", "float64": ".f64", "float32": ".f32"}
 PATH_ORDER = ("cuda.bindings", "fastlaunch.bind", "fastlaunch", "cuda.core", "cupy.RawKernel")
 #: the mode of the floor submitted from a Rust loop inside this process (``_submit_repeatedly``)
 IN_PROCESS_FLOOR = "Rust loop, in-process floor"
@@ -171,27 +170,8 @@ def _fastlaunch_build(case: Case, make: Callable, spelling: str, arrays: str) ->
 
 def _cuda_core_build(case: Case, source: str, make: Callable, arrays: str) -> Callable:
     def build() -> tuple[MakeBatch, Any]:
-        import cuda.core as cuda_core
-        from cuda.core import Device, LaunchConfig, ObjectCode, launch
-
-        device = Device(0)
-        device.set_current()
-        entry = f"pointers_{case.id.lower()}"
-        cc = tuple(device.compute_capability)
-        param_types = [".u64"] * case.n_arrays + [PTX_SCALAR_TYPES[t] for t in case.scalar_types]
-        ptx = empty_kernel_ptx(entry, param_types, ptx_target((cc[0], cc[1])))
-        kernel = ObjectCode.from_ptx(ptx.encode(), name=entry).get_kernel(entry)
         tensors = _arrays(make, case, arrays)
-        names: dict[str, Any] = {"launch": launch, "kernel": kernel}
-        names["stream"] = getattr(cuda_core, "LEGACY_DEFAULT_STREAM", None) or device.default_stream
-        names["config"] = LaunchConfig(grid=1, block=1)
-        names |= {f"a{i}": t for i, t in enumerate(tensors)}
-        names |= {f"s{i}": v for i, v in enumerate(case.scalar_values)}
-        call = ", ".join(
-            [POINTER_READS[source].format(f"a{i}") for i in range(case.n_arrays)]
-            + [f"s{i}" for i in range(len(case.scalar_values))]
-        )
-        statement = f"launch(stream, config, kernel, {call})"
+        statement, names = cuda_core_by_hand(case, source, tensors)
         return (lambda n: make_statement_batch(statement, names, n)), tensors
 
     return build

@@ -51,7 +51,9 @@ import pytest
 
 from benchmarks.harness import (
     CASES,
+    POINTER_READS,
     PackedParams,
+    cuda_core_by_hand,
     cupy_scalars,
     cupy_source,
     empty_kernel_ptx,
@@ -185,36 +187,15 @@ def test_cuda_core(benchmark, sync, make_arrays, cuda_core, case_id):
     )
 
 
-POINTER_READS = {"torch": "{}.data_ptr()", "cupy": "{}.data.ptr"}
-
-
 @pytest.mark.parametrize("arrays", ["fresh", "views"])
 @pytest.mark.parametrize("source", list(POINTER_READS))
 @pytest.mark.parametrize("case_id", ["B", "C", "D"])
 def test_cuda_core_by_hand(benchmark, sync, make_arrays, cuda_core, case_id, source, arrays):
     """What a cuda.core user writes for torch or CuPy arrays: a kernel taking one pointer per
     array, launched with ``launch(s, cfg, k, t0.data_ptr(), ..., scalars)``."""
-    from cuda.core import Device, LaunchConfig, ObjectCode, launch
-
     case = CASES[case_id]
-    device = Device(0)
-    device.set_current()
-    entry = f"pointers_{case_id.lower()}"
-    cc = tuple(device.compute_capability)
-    ptx_types = [".u64"] * case.n_arrays + [_PTX_TYPES[t] for t in case.scalar_types]
-    ptx = empty_kernel_ptx(entry, ptx_types, ptx_target((cc[0], cc[1])))
-    kernel = ObjectCode.from_ptx(ptx.encode(), name=entry).get_kernel(entry)
     tensors = make_arrays(source, case.n_arrays, case.shape, arrays)
-    names: dict[str, Any] = {"launch": launch, "kernel": kernel}
-    names["stream"] = getattr(cuda_core, "LEGACY_DEFAULT_STREAM", None) or device.default_stream
-    names["config"] = LaunchConfig(grid=1, block=1)
-    names |= {f"a{i}": t for i, t in enumerate(tensors)}
-    names |= {f"s{i}": v for i, v in enumerate(case.scalar_values)}
-    call = ", ".join(
-        [POINTER_READS[source].format(f"a{i}") for i in range(case.n_arrays)]
-        + [f"s{i}" for i in range(len(case.scalar_values))]
-    )
-    statement = f"launch(stream, config, kernel, {call})"
+    statement, names = cuda_core_by_hand(case, source, tensors)
     batch = make_statement_batch(statement, names)
     run_benchmark(
         benchmark,
@@ -231,9 +212,6 @@ def test_cuda_core_by_hand(benchmark, sync, make_arrays, cuda_core, case_id, sou
         grid=1,
         block=1,
     )
-
-
-_PTX_TYPES = {"int64": ".u64", "float64": ".f64", "float32": ".f32"}
 
 
 @pytest.mark.parametrize("case_id", RAW_CASES)
