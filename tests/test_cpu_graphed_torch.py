@@ -29,6 +29,19 @@ def tensors():
     return tuple(Tensor((N,), (i + 1) << 32) for i in range(3))
 
 
+def called(args, times):
+    """An empty graphed step called ``times`` times with ``args``: eager, captured, then
+    replayed."""
+
+    @fl.graphed
+    def step(out, x, y):
+        pass
+
+    for _ in range(times):
+        step(*args)
+    return step
+
+
 def replays_by_graph(step) -> dict[int, int]:
     """Replays of each cached graph, by the data pointer its x (argument 1) was pinned to."""
     counts = {}
@@ -49,12 +62,7 @@ def counting_forms(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_the_same_tensors_again_replay_directly_reading_each_once(torch, monkeypatch):
     out, x, y = tensors()
 
-    @fl.graphed
-    def step(out, x, y):
-        pass
-
-    for _ in range(4):
-        step(out, x, y)
+    step = called((out, x, y), 4)
     assert step.counters["captures"] == 1 and step.counters["replays"] == 3
     forms = counting_forms(monkeypatch)
     reads[0] = 0
@@ -78,12 +86,7 @@ def test_a_tensor_given_other_memory_gets_a_graph_of_its_own(torch, monkeypatch,
     out, x, y = tensors()
     first = x.data_ptr()
 
-    @fl.graphed
-    def step(out, x, y):
-        pass
-
-    for _ in range(3):
-        step(out, x, y)  # eager, captured, replayed
+    step = called((out, x, y), 3)  # eager, captured, replayed
     change(x, Tensor((N,), 9 << 32))
     forms = counting_forms(monkeypatch)
     for _ in range(3):
@@ -121,12 +124,7 @@ def other_device(x: Tensor) -> None:
 def test_a_tensor_changed_in_place_at_the_same_address_is_another_form(torch, change):
     out, x, y = tensors()
 
-    @fl.graphed
-    def step(out, x, y):
-        pass
-
-    for _ in range(3):
-        step(out, x, y)
+    step = called((out, x, y), 3)
     change(x)
     step(out, x, y)
     assert step.counters["eager"] == 2  # a form not seen before: eager, not replayed
@@ -136,12 +134,7 @@ def test_a_tensor_changed_in_place_at_the_same_address_is_another_form(torch, ch
 def test_another_tensor_object_at_the_same_address_is_not_replayed_directly(torch):
     out, x, y = tensors()
 
-    @fl.graphed
-    def step(out, x, y):
-        pass
-
-    for _ in range(3):
-        step(out, x, y)
+    step = called((out, x, y), 3)
     twin = Tensor((N,), x.data_ptr())  # as a new tensor where a freed one was
     for _ in range(3):
         step(out, twin, y)
@@ -201,12 +194,7 @@ def test_a_direct_replay_waits_while_another_thread_holds_the_step(torch):
     a call waits for it instead of replaying beside it."""
     out, x, y = tensors()
 
-    @fl.graphed
-    def step(out, x, y):
-        pass
-
-    for _ in range(3):
-        step(out, x, y)
+    step = called((out, x, y), 3)
     assert len(step._direct) == 1  # remembered: the next call replays in one Rust call
     done = threading.Event()
     with step._lock:
