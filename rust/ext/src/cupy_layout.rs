@@ -102,18 +102,26 @@ fn major_minor(version: &str) -> Option<(u32, u32)> {
     Some((major, minor.parse().ok()?))
 }
 
-/// `arg`'s shape read from its memory, once the layout is confirmed; `None` before that,
-/// after a refutation, or when the vector read does not look like a shape.
+/// Whether `arg`'s shape, read from its memory, is `expected`, once the layout is confirmed;
+/// `None` before that, after a refutation, or when the vector read does not look like a
+/// shape.
 ///
 /// # Safety
 /// `arg`'s type is one [`applies_to`] accepted.
 #[inline]
-pub(crate) unsafe fn shape<'a>(arg: &'a Bound<'_, PyAny>) -> Option<&'a [isize]> {
+pub(crate) unsafe fn has_shape(arg: &Bound<'_, PyAny>, expected: &[i64]) -> Option<bool> {
     if TRUST.load(Ordering::Relaxed) != CONFIRMED {
         return None;
     }
     // SAFETY: per the caller, `arg` is an instance of a type with this layout.
-    unsafe { read_shape(arg.as_ptr().cast()) }
+    let read = unsafe { read_shape(arg.as_ptr().cast()) }?;
+    Some(same_extents(read, expected))
+}
+
+/// Whether a shape read from the layout is `expected`.
+#[inline]
+fn same_extents(read: &[isize], expected: &[i64]) -> bool {
+    read.len() == expected.len() && read.iter().zip(expected).all(|(&a, &b)| a as i64 == b)
 }
 
 /// What a first read takes from a CuPy array: the address of its first element, its shape
@@ -170,12 +178,12 @@ unsafe fn read_object<'a, 'py>(
     }
 }
 
-/// Compares the layout with what `arg`'s attributes gave (`shape`, and `data` when read),
-/// until it is confirmed: a first agreement confirms it, a disagreement refutes it for good.
+/// Compares the layout with what `arg`'s attributes gave (`shape` and `data`), until it is
+/// confirmed: a first agreement confirms it, a disagreement refutes it for good.
 ///
 /// # Safety
 /// `arg`'s type is one [`applies_to`] accepted.
-pub(crate) unsafe fn confirm(arg: &Bound<'_, PyAny>, shape: &[i64], data: Option<u64>) {
+pub(crate) unsafe fn confirm(arg: &Bound<'_, PyAny>, shape: &[i64], data: u64) {
     if TRUST.load(Ordering::Relaxed) != UNCONFIRMED {
         return;
     }
@@ -186,29 +194,25 @@ pub(crate) unsafe fn confirm(arg: &Bound<'_, PyAny>, shape: &[i64], data: Option
     TRUST.fetch_max(next, Ordering::Relaxed);
 }
 
-/// Whether the array at `object` has `shape` (and `data`) by its layout, and a size that is
+/// Whether the array at `object` has `shape` and `data` by its layout, and a size that is
 /// the product of that shape.
 ///
 /// # Safety
 /// `object` points to a live object with the layout of [`NdarrayObject`].
-unsafe fn agrees(object: *const NdarrayObject, shape: &[i64], data: Option<u64>) -> bool {
+unsafe fn agrees(object: *const NdarrayObject, shape: &[i64], data: u64) -> bool {
     // SAFETY: per the caller.
     let Some(read) = (unsafe { read_shape(object) }) else {
         return false;
     };
     // SAFETY: per the caller, the object has its fields.
     let (size, pointer) = unsafe { ((*object).size, (*object).data) };
-    let same_shape = read.len() == shape.len()
-        && read.iter().zip(shape).all(|(&a, &b)| a as i64 == b)
+    let same_shape = same_extents(read, shape)
         && shape
             .iter()
             .fold(1i64, |product, &extent| product.wrapping_mul(extent))
             == size as i64;
-    let same_data = match data {
-        None => true,
-        // SAFETY: a non-null `data` is the array's live MemoryPointer.
-        Some(data) => !pointer.is_null() && unsafe { (*pointer).ptr } as u64 == data,
-    };
+    // SAFETY: a non-null `data` is the array's live MemoryPointer.
+    let same_data = !pointer.is_null() && unsafe { (*pointer).ptr } as u64 == data;
     same_shape && same_data
 }
 
@@ -296,11 +300,10 @@ mod tests {
         // SAFETY: `object` has the layout and outlives the calls.
         unsafe {
             assert_eq!(read_shape(&object), Some(&shape[..]));
-            assert!(agrees(&object, &[4, 6], Some(0x7000)));
-            assert!(agrees(&object, &[4, 6], None));
-            assert!(!agrees(&object, &[6, 4], None));
-            assert!(!agrees(&object, &[24], None));
-            assert!(!agrees(&object, &[4, 6], Some(0x7008)));
+            assert!(agrees(&object, &[4, 6], 0x7000));
+            assert!(!agrees(&object, &[6, 4], 0x7000));
+            assert!(!agrees(&object, &[24], 0x7000));
+            assert!(!agrees(&object, &[4, 6], 0x7008));
         }
     }
 
@@ -344,7 +347,7 @@ mod tests {
         // SAFETY: as above.
         unsafe {
             assert_eq!(read_shape(&object), Some(&[][..]));
-            assert!(agrees(&object, &[], None));
+            assert!(agrees(&object, &[], 0));
         }
     }
 

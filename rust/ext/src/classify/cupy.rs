@@ -49,22 +49,8 @@ pub(super) fn read(
         arg,
         scratch,
         |array| has_shape(arg, array.shape(), layout),
-        |scratch| {
-            read_fields(arg, at, scratch, layout)?;
-            if layout {
-                confirm_layout(arg, scratch);
-            }
-            Ok(())
-        },
+        |scratch| read_fields(arg, at, scratch, layout),
     )
-}
-
-/// Compares CuPy's layout with the array just read through `arg`'s attributes.
-fn confirm_layout(arg: &Bound<'_, PyAny>, scratch: &Scratch) {
-    if let Some(known) = KnownArray::last_pushed(scratch) {
-        // SAFETY: `layout` is only set for types `cupy_layout::applies_to` accepted.
-        unsafe { crate::cupy_layout::confirm(arg, known.shape(), Some(known.data())) };
-    }
 }
 
 /// Whether CuPy array `arg` has `shape`: only the shape of a CuPy array can change in place,
@@ -74,9 +60,8 @@ fn confirm_layout(arg: &Bound<'_, PyAny>, scratch: &Scratch) {
 pub(super) fn has_shape(arg: &Bound<'_, PyAny>, expected: &[i64], layout: bool) -> PyResult<bool> {
     if layout {
         // SAFETY: `layout` is only set for types `cupy_layout::applies_to` accepted.
-        if let Some(shape) = unsafe { crate::cupy_layout::shape(arg) } {
-            return Ok(shape.len() == expected.len()
-                && shape.iter().zip(expected).all(|(&a, &b)| a as i64 == b));
+        if let Some(same) = unsafe { crate::cupy_layout::has_shape(arg, expected) } {
+            return Ok(same);
         }
     }
     let py = arg.py();
@@ -122,6 +107,19 @@ fn read_fields(
         let strides = (!array.c_contiguous).then(|| array.strides.iter().map(|&s| s as i64));
         return push_array(scratch, at, array.data, scalar, shape, strides, false);
     }
+    read_attributes(arg, at, scratch)?;
+    if layout {
+        // Not confirmed yet (or refuted): compared with what the attributes just gave.
+        if let Some(known) = KnownArray::last_pushed(scratch) {
+            // SAFETY: `layout` is only set for types `cupy_layout::applies_to` accepted.
+            unsafe { crate::cupy_layout::confirm(arg, known.shape(), known.data()) };
+        }
+    }
+    Ok(())
+}
+
+/// Reads a CuPy array's fields through its attributes.
+fn read_attributes(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
     let py = arg.py();
     let Some(scalar) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
         scratch.needs_numba = true;
