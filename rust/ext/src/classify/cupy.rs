@@ -107,9 +107,11 @@ fn read_fields(
         let strides = (!array.c_contiguous).then(|| array.strides.iter().map(|&s| s as i64));
         return push_array(scratch, at, array.data, scalar, shape, strides, false);
     }
+    let values_before = scratch.values.len();
     read_attributes(arg, at, scratch)?;
-    if layout {
-        // Not confirmed yet (or refuted): compared with what the attributes just gave.
+    // Not confirmed yet (or refuted): compared with what the attributes just gave, if they
+    // gave an array (not one numba-cuda launches: the last value is then another argument's).
+    if layout && scratch.values.len() > values_before {
         if let Some(known) = KnownArray::last_pushed(scratch) {
             // SAFETY: `layout` is only set for types `cupy_layout::applies_to` accepted.
             unsafe { crate::cupy_layout::confirm(arg, known.shape(), known.data()) };
