@@ -183,6 +183,20 @@ def main() -> None:
                 lambda launcher=launcher, args=args: launcher(*args), bound, batches
             )
             rows.append((case, source, full, prebound, args_us))
+            if case == "D":  # the same without asking the producers' current streams
+                fl.set_ordering(False)
+                try:
+                    rows.append(
+                        (
+                            "D, ordering off",
+                            source,
+                            *paired_us(
+                                lambda launcher=launcher, args=args: launcher(*args), bound, batches
+                            ),
+                        )
+                    )
+                finally:
+                    fl.set_ordering(True)
     access_costs(batches)
     ordering_cost(batches)
     print(f"{'case':32} {'source':6} {'full µs':>8} {'bound µs':>9} {'args µs':>8}")

@@ -131,3 +131,44 @@ def test_cupy_shapes_are_read_from_cupys_layout_where_cupy_keeps_it():
     x.shape = (24,)
     ndim_of[1, 1](out, x)
     assert int(out[0]) == 1
+
+
+@pytest.mark.parametrize("source", ["numba", "cupy", "torch"])
+def test_many_arrays_launched_again_are_proven_unchanged_not_read_again(source):
+    """The loop `k[1, 1](*arrays)` over 26 arrays: each array of the remembered launch is
+    proven unchanged by its identity (and CuPy's shape, torch's description) instead of
+    being read and repacked."""
+    from fastlaunch import _core
+
+    make = {
+        "numba": lambda: cuda.to_device(np.zeros(16, np.float32)),
+        "cupy": lambda: pytest.importorskip("cupy").zeros(16, np.float32),
+        "torch": lambda: pytest.importorskip("torch").zeros(16, device="cuda"),
+    }[source]
+    arrays = [make() for _ in range(26)]
+    names = ", ".join(f"a{i}" for i in range(26))
+    namespace: dict = {}
+    exec(f"def touch({names}):\n    a0[0] = a25[0] + 1\n", namespace)  # noqa: S102
+    touch = fl.jit(namespace["touch"])
+    for _ in range(3):
+        touch[1, 1](*arrays)
+    expected = {"numba": "numba array", "cupy": "cupy array", "torch": "tensor"}[source]
+    assert _core._remembered_checks() == [expected] * 26
+    fl.synchronize()
+    first = arrays[0] if source != "numba" else arrays[0].copy_to_host()
+    assert float(first[0]) == 1.0
+
+
+def test_cupys_current_stream_is_read_as_cupy_reads_it():
+    """Launches with CuPy arrays order after CuPy's current stream, read through the C
+    function CuPy's own modules call where CuPy exports it (`cupy_stream.rs`)."""
+    cupy = pytest.importorskip("cupy")
+    from fastlaunch import _core
+
+    stream, how = _core._cupy_current_stream()
+    assert stream == cupy.cuda.get_current_stream().ptr
+    capi = getattr(__import__("cupy_backends.cuda.stream").cuda.stream, "__pyx_capi__", {})
+    assert how == ("exported" if "get_current_stream_ptr" in capi else "python")
+    with cupy.cuda.Stream() as other:
+        assert _core._cupy_current_stream()[0] == other.ptr != stream
+    assert _core._cupy_current_stream()[0] == stream

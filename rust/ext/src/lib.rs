@@ -6,6 +6,7 @@ mod classify;
 mod code;
 mod configurations;
 mod cupy_layout;
+mod cupy_stream;
 mod devices;
 mod direct_replays;
 mod dlpack;
@@ -59,7 +60,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(submitted::_keep_submitted, m)?)?;
     m.add_function(wrap_pyfunction!(submitted::_submitted, m)?)?;
     m.add_function(wrap_pyfunction!(repeat::_remembered_launches, m)?)?;
+    m.add_function(wrap_pyfunction!(repeat::_remembered_checks, m)?)?;
     m.add_function(wrap_pyfunction!(cupy_layout::_cupy_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(cupy_stream::_cupy_current_stream, m)?)?;
     m.add_function(wrap_pyfunction!(code::set_release_gil, m)?)?;
     m.add_function(wrap_pyfunction!(code::releases_gil, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::describe, m)?)?;

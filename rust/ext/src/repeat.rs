@@ -319,6 +319,28 @@ fn check_for(
     ArgCheck::Read(argument)
 }
 
+/// How each argument of this thread's most recently used remembered launch is checked
+/// when it comes again: `"numba array"`, `"cupy array"`, `"tensor"` (proven unchanged),
+/// `"scalar"` (its value rewritten) or `"read"` (read again and repacked); for tests.
+#[pyfunction]
+pub(crate) fn _remembered_checks() -> Vec<&'static str> {
+    REMEMBERED_LAUNCHES.with(|cell| {
+        let remembered = cell.borrow();
+        let latest = remembered
+            .launches
+            .iter()
+            .max_by_key(|launch| launch.last_used);
+        latest.map_or_else(Vec::new, |launch| {
+            let name = |check: &ArgCheck| match check {
+                ArgCheck::Unchanged(proof) => proof.kind_name(),
+                ArgCheck::Scalar { .. } => "scalar",
+                ArgCheck::Read(_) => "read",
+            };
+            launch.args.iter().map(name).collect()
+        })
+    })
+}
+
 /// `(remembered, hits)`: how many launches this thread remembers now, and how many of its
 /// launches matched a remembered one (for tests).
 #[pyfunction]

@@ -299,7 +299,7 @@ pub(crate) fn order_inputs(
         exchange_stream = Some(stream as usize);
     }
     let cupy_stream = if scratch.streams.has_cupy {
-        Some(cupy_current_stream(py)?)
+        Some(crate::cupy_stream::current_stream(py)?)
     } else {
         None
     };
@@ -317,20 +317,4 @@ pub(crate) fn order_inputs(
     }
     order_after_producers(context, dims.stream, &scratch.streams.producers)?;
     Ok(dims)
-}
-
-/// `cupy.cuda.get_current_stream().ptr`.
-fn cupy_current_stream(py: Python<'_>) -> Result<usize> {
-    static GET_CURRENT_STREAM: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
-    let get = GET_CURRENT_STREAM.get_or_try_init(py, || -> Result<Py<PyAny>> {
-        Ok(py
-            .import("cupy.cuda")?
-            .getattr("get_current_stream")?
-            .unbind())
-    })?;
-    Ok(get
-        .bind(py)
-        .call0()?
-        .getattr(intern!(py, "ptr"))?
-        .extract()?)
 }

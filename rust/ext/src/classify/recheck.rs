@@ -69,6 +69,15 @@ impl Unchanged {
         })
     }
 
+    /// What is proven: `"numba array"`, `"cupy array"` or `"tensor"` (for tests).
+    pub(crate) fn kind_name(&self) -> &'static str {
+        match self.kind {
+            UnchangedKind::NumbaArray => "numba array",
+            UnchangedKind::CupyArray(_) => "cupy array",
+            UnchangedKind::Tensor { .. } => "tensor",
+        }
+    }
+
     /// Whether `arg` is the object proven and still as it was; a CuPy array or a tensor also
     /// makes its producer's current stream count for the launch's ordering, as reading it
     /// does.
