@@ -87,6 +87,8 @@ def access_costs(batches: int) -> None:
             "cupy .ndim (what a launch like the last reads)": lambda: c.ndim,
             "cupy __cuda_array_interface__": lambda: c.__cuda_array_interface__,
             "cupy get_current_stream().ptr": lambda: cupy.cuda.get_current_stream().ptr,
+            "fastlaunch CuPy current stream, "
+            + _core._cupy_current_stream()[1]: _core._cupy_current_stream,
             "fastlaunch fingerprint(cupy)": lambda: _core.fingerprint((c,)),
         }
     except ImportError:
