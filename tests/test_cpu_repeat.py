@@ -68,6 +68,30 @@ print(hits() - before)
     assert lines == ["4"]  # the first launch is remembered, the next four match it
 
 
+def test_each_argument_is_checked_the_cheapest_way_it_can_be(run_on_stand_in):
+    """numba arrays are proven unchanged by identity, scalars have their value rewritten, and
+    only what can change unseen (a CUDA Array Interface object) is read again."""
+    lines = run(
+        run_on_stand_in,
+        """
+class Interface:
+    def __init__(self):
+        self.__cuda_array_interface__ = {
+            "shape": (8,), "strides": None, "typestr": "<f4", "data": (0x5000_0000, False),
+            "version": 3,
+        }
+u, v = device_array((8,), 0x1000_0000), device_array((8,), 0x2000_0000)
+args = (u, 2.5, Interface(), np.float32(1), v)
+kernel = kernel_for(len(args))
+types = register(kernel, args)
+for _ in range(2):
+    launched_as_packed(kernel, args, types)
+print(*_core._remembered_checks(), sep=",")
+""",
+    )
+    assert lines == ["numba array,scalar,read,scalar,numba array"]
+
+
 def test_swapped_arrays_match_the_other_remembered_launch(run_on_stand_in):
     lines = run(
         run_on_stand_in,
