@@ -38,7 +38,7 @@ def main() -> None:
 
     cuda.current_context()
     case = CASES["D"]
-    make = array_makers()["numba"]
+    make = array_makers(("numba",))["numba"]
     built = {
         "reused": _fastlaunch_build(case, make, "reused", "fresh")(),
         "bound": _fastlaunch_build(case, make, "bound", "fresh")(),

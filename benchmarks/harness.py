@@ -118,27 +118,33 @@ CASES: dict[str, Case] = {
 }
 
 
-def array_makers() -> dict[str, Callable[[tuple[int, ...]], Any]]:
+def array_makers(
+    sources: Sequence[str] = ("numba", "cupy", "torch"),
+) -> dict[str, Callable[[tuple[int, ...]], Any]]:
     """``{source: make(shape)}``: a float32 C-order device array of ``shape`` from numba and,
-    where installed, CuPy and torch (for probes run as scripts; pytest uses ``make_arrays``)."""
+    where installed, CuPy and torch, for the ``sources`` asked (the others are not imported:
+    a process without torch and CuPy loaded is what ``interleaved.py --sources numba``
+    measures). For probes run as scripts; pytest uses ``make_arrays``."""
     import numpy as np
     from numba import cuda
 
-    made: dict[str, Callable[[tuple[int, ...]], Any]] = {
-        "numba": lambda shape: cuda.device_array(shape, np.float32)
-    }
-    try:
-        import cupy
+    made: dict[str, Callable[[tuple[int, ...]], Any]] = {}
+    if "numba" in sources:
+        made["numba"] = lambda shape: cuda.device_array(shape, np.float32)
+    if "cupy" in sources:
+        try:
+            import cupy
 
-        made["cupy"] = lambda shape: cupy.zeros(shape, np.float32)
-    except ImportError:
-        pass
-    try:
-        import torch
+            made["cupy"] = lambda shape: cupy.zeros(shape, np.float32)
+        except ImportError:
+            pass
+    if "torch" in sources:
+        try:
+            import torch
 
-        made["torch"] = lambda shape: torch.zeros(shape, dtype=torch.float32, device="cuda")
-    except ImportError:
-        pass
+            made["torch"] = lambda shape: torch.zeros(shape, dtype=torch.float32, device="cuda")
+        except ImportError:
+            pass
     return made
 
 

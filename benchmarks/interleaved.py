@@ -735,7 +735,7 @@ def build_all(
     """Builds and warms up every variant at every batch size; returns the entries and the
     variants skipped (name: why)."""
     skipped: dict[str, str] = {}
-    makers = {s: m for s, m in array_makers().items() if s in sources}
+    makers = array_makers(sources)
     for source in sources:
         if source not in makers:
             skipped[f"{source} arrays"] = f"{source} is not installed"
