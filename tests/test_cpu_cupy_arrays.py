@@ -75,6 +75,16 @@ class FakeCupyArray:
 
 FakeCupyArray.__module__ = "cupy._core.core"
 
+
+@pytest.fixture(autouse=True)
+def cupy_module(monkeypatch):
+    """A `cupy` module whose `ndarray` is the stand-in: CuPy is recognised by type."""
+    cupy = types.ModuleType("cupy")
+    cupy.ndarray = FakeCupyArray  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    return cupy
+
+
 LAYOUTS = [
     ((128,), "float32", None),
     ((16, 8), "float64", None),

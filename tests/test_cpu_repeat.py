@@ -203,6 +203,7 @@ stream_reads = []
 fake_cuda = types.ModuleType("cupy.cuda")
 fake_cuda.get_current_stream = lambda: stream_reads.append(1) or types.SimpleNamespace(ptr=0)
 sys.modules["cupy"] = types.ModuleType("cupy")
+sys.modules["cupy"].ndarray = FakeCupyArray  # CuPy is recognised by type
 sys.modules["cupy.cuda"] = fake_cuda
 kernel = kernel_for(1)
 array = FakeCupyArray((128,), "float32")

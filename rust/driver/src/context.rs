@@ -41,11 +41,23 @@ impl Context {
     }
 }
 
-/// The context a launch runs in, and the device it belongs to.
+/// The context a launch runs in, the device it belongs to, and its unique id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchContext {
     pub context: Context,
     pub ordinal: usize,
+    /// `cuCtxGetId` (see [`Driver::context_id`]): `None` where the driver has no ids.
+    pub id: Option<u64>,
+}
+
+impl LaunchContext {
+    /// What per-context state is keyed by: the unique id, or the handle where the driver
+    /// has no ids. A primary context re-created by a reset (`cuda.close()`) may get its old
+    /// handle back, never its old id.
+    #[inline]
+    pub fn key(&self) -> u64 {
+        self.id.unwrap_or(self.context.address() as u64)
+    }
 }
 
 thread_local! {
@@ -288,11 +300,14 @@ impl Driver {
         if context.is_null() {
             context = self.select_device(0)?.0;
         }
+        // The id is asked on every call: a reset may give a new context the old handle.
+        let id = self.context_id(Context(context));
         let (last_context, last_ordinal) = LAST_CONTEXT.with(Cell::get);
         if context == last_context {
             return Ok(LaunchContext {
                 context: Context(context),
                 ordinal: last_ordinal,
+                id,
             });
         }
         let ordinal = self.device_of(context)?;
@@ -300,6 +315,7 @@ impl Driver {
         Ok(LaunchContext {
             context: Context(context),
             ordinal,
+            id,
         })
     }
 

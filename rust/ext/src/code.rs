@@ -152,15 +152,15 @@ impl CompiledCode {
         )
     }
 
-    /// What to launch in `context` (current on this thread): the kernel's own function in
+    /// What to launch in `launch.context` (current on this thread): the kernel's own function in
     /// that context. Launching the library's `CUkernel` handle instead makes the driver
     /// spend more per launch on numba's images: on an H200, 26 arrays cost 5.7 µs against
     /// 4.1 through the function (`benchmarks/environment_probe.py`). The cache is keyed by
     /// the context's unique id, so a context re-created by a reset misses; drivers without
     /// `cuCtxGetId` get the `CUkernel` handle.
     #[inline]
-    fn function_in(&self, driver: &driver::Driver, context: driver::Context) -> Result<Function> {
-        let Some(context_id) = driver.context_id(context) else {
+    fn function_in(&self, driver: &driver::Driver, launch: &LaunchContext) -> Result<Function> {
+        let Some(context_id) = launch.id else {
             return Ok(self.kernel.function());
         };
         let mixed = (self.id ^ context_id.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -199,7 +199,7 @@ impl CompiledCode {
             self.shared_memory
                 .allow(driver, &self.kernel, ordinal, dims.shared_mem_bytes)?;
         }
-        let function = self.function_in(driver, launch.context)?;
+        let function = self.function_in(driver, launch)?;
         crate::submitted::note(params);
         let options = LaunchOptions {
             cooperative: self.cooperative,

@@ -167,20 +167,25 @@ impl Configurations {
     }
 
     /// Caches `launcher` for `key` (unless another thread did first), evicting the oldest
-    /// entry when full.
+    /// entry when full. An evicted launcher is dropped after the lock is released: dropping
+    /// it can run Python code (a stream's finalizer) that lets the GIL go, and a thread
+    /// holding the GIL may be waiting for this lock.
     pub(crate) fn insert(&self, py: Python<'_>, key: ConfigKey, launcher: &Py<PyAny>) {
-        let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let current = self.entries.load();
-        if current.iter().any(|e| e.key == key) {
-            return;
-        }
-        let keep = current.len().saturating_sub(CAPACITY - 1);
-        let mut next: Vec<Arc<Entry>> = current[keep..].to_vec();
-        next.push(Arc::new(Entry {
-            key,
-            launcher: launcher.clone_ref(py),
-        }));
-        self.entries.store(Arc::new(next));
+        let replaced = {
+            let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let current = self.entries.load_full();
+            if current.iter().any(|e| e.key == key) {
+                return;
+            }
+            let keep = current.len().saturating_sub(CAPACITY - 1);
+            let mut next: Vec<Arc<Entry>> = current[keep..].to_vec();
+            next.push(Arc::new(Entry {
+                key,
+                launcher: launcher.clone_ref(py),
+            }));
+            self.entries.swap(Arc::new(next))
+        };
+        drop(replaced);
     }
 
     /// How many configurations are cached.
@@ -196,10 +201,14 @@ impl Configurations {
         Ok(())
     }
 
-    /// Drops every cached launcher (the cycle collector breaking a cycle, or a reset).
+    /// Drops every cached launcher (the cycle collector breaking a cycle, or a reset), after
+    /// the lock is released (see [`Configurations::insert`]).
     pub(crate) fn clear(&self) {
-        let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.entries.store(Arc::new(Vec::new()));
-        self.last_hit.store(0, Ordering::Relaxed);
+        let cleared = {
+            let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.last_hit.store(0, Ordering::Relaxed);
+            self.entries.swap(Arc::new(Vec::new()))
+        };
+        drop(cleared);
     }
 }

@@ -164,8 +164,8 @@ unsafe fn read_object<'a, 'py>(
     unsafe {
         let shape = read_vector(&(*object).shape)?;
         let strides = read_vector(&(*object).strides)?;
-        let pointer = (*object).data;
-        if strides.len() != shape.len() || pointer.is_null() {
+        let pointer = memory_pointer(object)?;
+        if strides.len() != shape.len() {
             return None;
         }
         Some(LaidOut {
@@ -205,15 +205,28 @@ unsafe fn agrees(object: *const NdarrayObject, shape: &[i64], data: u64) -> bool
         return false;
     };
     // SAFETY: per the caller, the object has its fields.
-    let (size, pointer) = unsafe { ((*object).size, (*object).data) };
+    let (size, pointer) = unsafe { ((*object).size, memory_pointer(object)) };
     let same_shape = same_extents(read, shape)
         && shape
             .iter()
             .fold(1i64, |product, &extent| product.wrapping_mul(extent))
             == size as i64;
-    // SAFETY: a non-null `data` is the array's live MemoryPointer.
-    let same_data = !pointer.is_null() && unsafe { (*pointer).ptr } as u64 == data;
+    // SAFETY: `memory_pointer` gave the array's live MemoryPointer.
+    let same_data = pointer.is_some_and(|pointer| unsafe { (*pointer).ptr } as u64 == data);
     same_shape && same_data
+}
+
+/// The array's `data` field when it holds a MemoryPointer: a typed Cython attribute may be
+/// None (or null before initialisation), neither of which has a `ptr` to read.
+///
+/// # Safety
+/// `object` points to a live object with the layout of [`NdarrayObject`].
+unsafe fn memory_pointer(object: *const NdarrayObject) -> Option<*const MemoryPointerObject> {
+    // SAFETY: per the caller, the object has this field.
+    let pointer = unsafe { (*object).data };
+    // SAFETY: reading the address of the None singleton.
+    let none = unsafe { ffi::Py_None() };
+    (!pointer.is_null() && pointer.cast::<ffi::PyObject>() != none).then_some(pointer.cast_const())
 }
 
 /// The `_shape` vector of the array at `object`, when it looks like one.
@@ -234,15 +247,21 @@ unsafe fn read_vector<'a>(vector: &SsizeVector) -> Option<&'a [isize]> {
     if vector.begin.is_null() {
         return vector.end.is_null().then_some(&[]);
     }
-    if !vector.begin.is_aligned() || vector.end < vector.begin {
+    // The length from the addresses, not `offset_from`: that would be undefined behaviour
+    // for pointers of two allocations, which a misread layout could give.
+    let bytes = (vector.end as usize).checked_sub(vector.begin as usize)?;
+    let element = std::mem::size_of::<isize>();
+    if !vector.begin.is_aligned() || bytes % element != 0 {
         return None;
     }
-    // SAFETY: both pointers are into (or one past) the vector's one allocation.
-    let len = usize::try_from(unsafe { vector.end.offset_from(vector.begin) }).ok()?;
+    let len = bytes / element;
     if len > MAX_NDIM {
         return None;
     }
-    // SAFETY: a vector's `begin..end` holds `len` initialized values, owned by the object.
+    // SAFETY: this rests on the layout: the type is one `applies_to` accepted (CuPy's own
+    // `_ndarray_base`, whose header declares these fields), and launches read through it
+    // only once `confirm` found it agreeing with the attributes. Then `begin..end` is one
+    // `std::vector<Py_ssize_t>`'s storage: `len` initialized values, owned by the object.
     Some(unsafe { std::slice::from_raw_parts(vector.begin, len) })
 }
 

@@ -89,7 +89,7 @@ pub(crate) fn launch(
         let remembering = !args.is_empty() && graphs::capture_stream().is_none();
         if remembering {
             if let Some((last, overload)) =
-                repeat::find(table_id, context.context, args, names, scratch)
+                repeat::find(table_id, context.key(), args, names, scratch)
             {
                 let launched = launch_again(
                     py,
@@ -130,7 +130,7 @@ pub(crate) fn launch(
                 };
                 launch.run(py, driver, kernel_object, names, args, scratch)?;
                 if remembering {
-                    repeat::remember(table_id, context.context, &overload, args, names, scratch);
+                    repeat::remember(table_id, context.key(), &overload, args, names, scratch);
                 }
                 Ok(())
             }
@@ -276,7 +276,7 @@ fn check_and_order(
     if !scratch.devices.is_empty() || driver.device_count() > 1 {
         limits::check_devices(driver, context.ordinal, scratch, names)?;
     }
-    order_inputs(py, context.context, dims, scratch)
+    order_inputs(py, context.key(), dims, scratch)
 }
 
 /// A launch of compiled code, resolved and checked.

@@ -26,7 +26,7 @@ use crate::overloads::Kernel;
 use crate::streams::parse_stream;
 
 /// Below this many blocks numba-cuda warns of low occupancy (`NumbaPerformanceWarning`).
-const LOW_OCCUPANCY_BLOCKS: u32 = 128;
+const LOW_OCCUPANCY_BLOCKS: u64 = 128;
 
 /// A configured launch: `kernel[grid, block, stream, shmem]`. Calling it launches.
 #[pyclass(frozen, module = "fastlaunch._core")]
@@ -55,7 +55,8 @@ impl Launcher {
             Some(s) if !s.is_none() => parse_sharedmem(s)?,
             _ => 0,
         };
-        if grid.iter().product::<u32>() < LOW_OCCUPANCY_BLOCKS {
+        // As u64: a valid grid (131072 × 32768) overflows u32.
+        if grid.iter().map(|&g| u64::from(g)).product::<u64>() < LOW_OCCUPANCY_BLOCKS {
             kernel.get().warn_low_occupancy(kernel, grid)?;
         }
         let cluster = match cluster.filter(|c| !c.is_none()) {

@@ -144,8 +144,8 @@ pub(crate) fn check_cluster(grid: [u32; 3], cluster: [u32; 3]) -> Result<()> {
 }
 
 /// Portable cluster size limit; Hopper allows up to 16 blocks once a kernel opts in.
-const PORTABLE_CLUSTER_BLOCKS: u32 = 8;
-const MAX_CLUSTER_BLOCKS: u32 = 16;
+const PORTABLE_CLUSTER_BLOCKS: u64 = 8;
+const MAX_CLUSTER_BLOCKS: u64 = 16;
 
 /// Checks that device `ordinal` runs clusters of this shape (if any), opting `kernel` in to
 /// non-portable sizes (9 to 16 blocks) once per device.
@@ -167,7 +167,7 @@ pub(crate) fn prepare_cluster(
             compute_capability % 10
         )));
     }
-    let blocks: u32 = cluster.iter().product();
+    let blocks: u64 = cluster.iter().map(|&c| u64::from(c)).product();
     if blocks > MAX_CLUSTER_BLOCKS {
         return Err(Error::LaunchConfiguration(format!(
             "cluster {} has {blocks} blocks; at most {MAX_CLUSTER_BLOCKS} blocks make a \

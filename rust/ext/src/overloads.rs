@@ -190,13 +190,18 @@ impl Kernel {
         Ok(())
     }
 
-    /// Drops every overload (their images unload once no launch holds them).
+    /// Drops every overload (their images unload once no launch holds them), after the lock
+    /// is released: an overload may hold a Python callable, whose drop can run Python code.
     pub(crate) fn clear(&self) {
-        let _guard = self.register_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.overloads.store(Arc::new(Vec::new()));
-        self.last_hit.store(0, Ordering::Relaxed);
-        let renewed = NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed);
-        self.table_id.store(renewed, Ordering::Relaxed);
+        let cleared = {
+            let _guard = self.register_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let cleared = self.overloads.swap(Arc::new(Vec::new()));
+            self.last_hit.store(0, Ordering::Relaxed);
+            let renewed = NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed);
+            self.table_id.store(renewed, Ordering::Relaxed);
+            cleared
+        };
+        drop(cleared);
     }
 
     pub(crate) fn count(&self) -> usize {

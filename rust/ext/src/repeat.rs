@@ -22,7 +22,7 @@
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
-use fastlaunch_driver::{self as driver, ParamBuffer};
+use fastlaunch_driver::ParamBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use smallvec::SmallVec;
@@ -55,7 +55,9 @@ enum ArgCheck {
 pub(crate) struct LastLaunch {
     /// The kernel's overload table it was found in (`Kernel::table_id`).
     table_id: u64,
-    context: driver::Context,
+    /// The context's key (`LaunchContext::key`: its unique id, not its handle, which a
+    /// context re-created after a reset can reuse).
+    context: u64,
     /// Weak: a remembered launch must not keep a dead kernel's image loaded.
     overload: Weak<Overload>,
     /// The packed parameters, their pointer array prepared.
@@ -80,7 +82,7 @@ thread_local! {
 /// The kernel's remembered launches (at most [`PER_KERNEL`]) for this context, taken out
 /// of the thread's table while they are checked (a launch made from Python code run by a
 /// check finds none).
-fn take(table_id: u64, context: driver::Context) -> SmallVec<[LastLaunch; PER_KERNEL]> {
+fn take(table_id: u64, context: u64) -> SmallVec<[LastLaunch; PER_KERNEL]> {
     let mut taken = SmallVec::new();
     REMEMBERED_LAUNCHES.with(|cell| {
         let Ok(mut remembered) = cell.try_borrow_mut() else {
@@ -131,7 +133,7 @@ fn put_back(launches: impl IntoIterator<Item = (LastLaunch, bool)>, hit: bool) {
 #[inline]
 pub(crate) fn find(
     table_id: u64,
-    context: driver::Context,
+    context: u64,
     args: &Bound<'_, PyTuple>,
     names: &[String],
     scratch: &mut Scratch,
@@ -223,7 +225,7 @@ impl LastLaunch {
 /// holds of it, in place of the least recently used of this kernel's (or any kernel's).
 pub(crate) fn remember(
     table_id: u64,
-    context: driver::Context,
+    context: u64,
     overload: &Arc<Overload>,
     args: &Bound<'_, PyTuple>,
     names: &[String],
@@ -251,7 +253,7 @@ impl LastLaunch {
     /// its parts do not line up with the plan, which the launch would have refused).
     fn new(
         table_id: u64,
-        context: driver::Context,
+        context: u64,
         overload: &Arc<Overload>,
         plan: &Plan,
         args: &Bound<'_, PyTuple>,

@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use fastlaunch_driver::{self as driver, Context, LaunchDims};
+use fastlaunch_driver::{self as driver, LaunchDims};
 use pyo3::intern;
 use pyo3::prelude::*;
 
@@ -80,14 +80,16 @@ pub(crate) fn same_stream(a: usize, b: usize) -> bool {
 }
 
 thread_local! {
-    /// One reusable ordering event per context (events belong to a context). Reusing it
-    /// right after `cuStreamWaitEvent` is safe: the wait captures the event's state.
-    static ORDERING_EVENTS: RefCell<Vec<(Context, driver::Event)>> = const { RefCell::new(Vec::new()) };
+    /// One reusable ordering event per context (events belong to a context), by the
+    /// context's key (`LaunchContext::key`: a context re-created by a reset may reuse the old
+    /// handle, whose event died with it). Reusing an event right after `cuStreamWaitEvent` is
+    /// safe: the wait captures the event's state.
+    static ORDERING_EVENTS: RefCell<Vec<(u64, driver::Event)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Makes `stream` wait for every producer stream in `producers` that differs from it.
 pub(crate) fn order_after_producers(
-    context: Context,
+    context: u64,
     stream: usize,
     producers: &[usize],
 ) -> Result<()> {
@@ -282,7 +284,7 @@ pub(crate) fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
 #[inline]
 pub(crate) fn order_inputs(
     py: Python<'_>,
-    context: driver::Context,
+    context: u64,
     dims: &LaunchDims,
     scratch: &mut Scratch,
 ) -> Result<LaunchDims> {

@@ -12,14 +12,14 @@ use std::cell::RefCell;
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyTuple};
+use pyo3::types::{PyBool, PyString, PyTuple, PyType};
 
 use super::arrays::{
     append_c_strides, element_type, extend_from_int_tuple, int_as_u64, push_array,
     push_from_tuples, push_staged, stage_dims,
 };
 use super::known::{push_known_or_read, KnownArray, KnownObjects};
-use super::{has_attribute, Position, Scratch};
+use super::{Position, Scratch};
 
 thread_local! {
     static KNOWN_CUPY_ARRAYS: RefCell<KnownObjects<KnownArray>> =
@@ -27,11 +27,31 @@ thread_local! {
 }
 use crate::errors::Result;
 
-/// Whether a type from `module` with `class`'s attributes is a CuPy array.
-pub(super) fn is_cupy_array(module: &str, class: &Bound<'_, PyAny>) -> bool {
-    module.starts_with("cupy")
-        && has_attribute(class, "__cuda_array_interface__")
-        && has_attribute(class, "data")
+/// Whether `class` is CuPy's array type or a subclass: `cupy.ndarray`, or the base class
+/// it derives from (`cupy._core.core._ndarray_base`, CuPy 13 and newer). CuPy is not
+/// imported for this: an instance of its array means that it has been.
+pub(super) fn is_cupy_array<'py>(class: &Bound<'py, PyType>) -> bool {
+    let py = class.py();
+    let Ok(modules) = py
+        .import(intern!(py, "sys"))
+        .and_then(|sys| sys.getattr(intern!(py, "modules")))
+    else {
+        return false;
+    };
+    let cupy_class = |module: &Bound<'py, PyString>, name: &Bound<'py, PyString>| {
+        modules
+            .get_item(module)
+            .and_then(|module| module.getattr(name))
+            .ok()
+            .and_then(|found| found.cast_into::<PyType>().ok())
+    };
+    [
+        (intern!(py, "cupy"), intern!(py, "ndarray")),
+        (intern!(py, "cupy._core.core"), intern!(py, "_ndarray_base")),
+    ]
+    .into_iter()
+    .filter_map(|(module, name)| cupy_class(module, name))
+    .any(|cupy| class.is_subclass(&cupy).unwrap_or(false))
 }
 
 /// A `cupy.ndarray` (CuPy's current stream then counts for ordering): from the table of

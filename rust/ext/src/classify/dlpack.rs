@@ -55,12 +55,12 @@ thread_local! {
 /// (torch's own `__dlpack__` refuses such tensors too). Only complex tensors can carry the
 /// conjugate bit; the negative bit can be on any (`x.conj().imag`).
 ///
-/// A real tensor gets the negative bit only as a view (`c.conj().imag`, `_neg_view()`):
-/// `_base` rules out the common case without a method call, and a view needs `is_neg()`.
-/// Both cost a torch call (~0.1 µs each on the H200), so a real tensor found clear is
-/// remembered (`known.rs`) with its memory address: a tensor's bits are fixed when it is
-/// made, and only `.data = ...` can give an existing tensor another's bits, which changes its
-/// memory (but for a negated view of the very same memory, which is not noticed).
+/// `is_neg()` costs a torch call (~0.1 µs on the H200), so a real tensor found clear is
+/// remembered (`known.rs`) with its memory address. A tensor's bits are fixed when it is
+/// made; only `.data = ...` can give an existing tensor another's bits, which changes its
+/// memory (but for a negated view of the very same memory, which is not noticed). A tensor
+/// that is not a view may carry the bit (`t.data = x.conj().imag` leaves `_base` None), so
+/// every tensor not in the table is asked.
 fn refuse_lazy_sign_view(
     arg: &Bound<'_, PyAny>,
     tensor: &DLTensor,
@@ -89,9 +89,7 @@ fn refuse_lazy_sign_view(
             return Ok(());
         }
     }
-    let clear = (!complex && arg.getattr(intern!(py, "_base"))?.is_none())
-        || !is_set(intern!(py, "is_neg"))?;
-    if !clear {
+    if is_set(intern!(py, "is_neg"))? {
         return Err(at.error(
             "tensor has its negative bit set (a lazy negated view, whose memory holds the \
              values before negation); pass t.resolve_neg() instead",

@@ -68,6 +68,10 @@ enum Strategy {
     Numba,
     NumpyScalar(Scalar),
     NumbaDeviceArray,
+    /// numba-cuda arrays that are NumPy arrays too (`mapped_array`, `managed_array`): NumPy
+    /// lets a program assign their shape or dtype in place, so they are read on every launch,
+    /// never remembered or proven by identity.
+    NumbaHostBackedArray,
     /// cuda.core `Buffer`: bytes, typed as numba-cuda types them (1-D C uint8, writable).
     CoreBuffer,
     /// cuda.core `StridedMemoryView`: read through its attributes.
@@ -149,6 +153,7 @@ pub(crate) fn read_arg(
     match strategy {
         Strategy::NumpyScalar(scalar) => scalars::read_numpy(arg, scalar, scratch),
         Strategy::NumbaDeviceArray => numba::read(arg, at, scratch),
+        Strategy::NumbaHostBackedArray => numba::read_host_backed(arg, at, scratch),
         Strategy::CoreBuffer => cuda_core::read_buffer(arg, at, scratch),
         Strategy::CoreStridedView => cuda_core::read_view(arg, at, scratch),
         Strategy::CupyArray { layout } => cupy::read(arg, at, scratch, layout),
@@ -215,7 +220,8 @@ pub(crate) fn exchange_api_of(arg: &Bound<'_, PyAny>) -> Option<ExchangeApi> {
 pub(crate) enum Source {
     /// A numba-cuda device array: its form cannot change while it lives.
     NumbaArray,
-    /// Any other device array (torch, CuPy, cuda.core, the CUDA Array Interface, DLPack).
+    /// Any other device array (torch, CuPy, cuda.core, the CUDA Array Interface, DLPack,
+    /// numba's mapped and managed arrays).
     Array,
     /// A NumPy scalar of a dtype fastlaunch packs.
     NumpyScalar,
@@ -234,7 +240,8 @@ pub(crate) fn source_of(arg: &Bound<'_, PyAny>) -> Option<Source> {
     };
     Some(match strategy {
         Strategy::NumbaDeviceArray => Source::NumbaArray,
-        Strategy::CoreBuffer
+        Strategy::NumbaHostBackedArray
+        | Strategy::CoreBuffer
         | Strategy::CoreStridedView
         | Strategy::CupyArray { .. }
         | Strategy::Exchange(_)
@@ -277,8 +284,17 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
     if let Some(strategy) = cuda_core::strategy(&arg.get_type()) {
         return Ok(strategy);
     }
+    let is_host_array = py
+        .import("numpy")
+        .and_then(|np| np.getattr("ndarray"))
+        .and_then(|ndarray| arg.is_instance(&ndarray))
+        .unwrap_or(false);
     if numba::is_device_array(arg, &class) {
-        return Ok(Strategy::NumbaDeviceArray);
+        return Ok(if is_host_array {
+            Strategy::NumbaHostBackedArray
+        } else {
+            Strategy::NumbaDeviceArray
+        });
     }
     if let Some(mut api) = crate::dlpack::exchange_api(&class) {
         api.lazy_sign_views = has_attribute(&class, "is_conj") && has_attribute(&class, "is_neg");
@@ -289,16 +305,11 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
         .module()
         .map(|m| m.to_string())
         .unwrap_or_default();
-    if cupy::is_cupy_array(&module, &class) {
+    if cupy::is_cupy_array(&arg.get_type()) {
         return Ok(Strategy::CupyArray {
             layout: crate::cupy_layout::applies_to(&arg.get_type()),
         });
     }
-    let is_host_array = py
-        .import("numpy")
-        .and_then(|np| np.getattr("ndarray"))
-        .and_then(|ndarray| arg.is_instance(&ndarray))
-        .unwrap_or(false);
     let is_enum = py
         .import("enum")
         .and_then(|e| e.getattr("Enum"))

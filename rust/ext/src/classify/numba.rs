@@ -1,5 +1,7 @@
 //! numba-cuda `DeviceNDArray`s: fields read from the instance dict, and a per-thread table
-//! of recently launched arrays (they never change memory, shape, strides or dtype).
+//! of recently launched arrays (they never change memory, shape, strides or dtype). Mapped
+//! and managed arrays are NumPy arrays too, whose shape and dtype can be assigned in place:
+//! they are read on every launch.
 
 use std::cell::RefCell;
 
@@ -38,6 +40,16 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
         |_| Ok(true),
         |scratch| read_numba_array_fields(arg, at, scratch),
     )
+}
+
+/// A numba array that is also a NumPy array (`MappedNDArray`, `ManagedNDArray`): read every
+/// time, since NumPy lets its shape, strides and dtype be assigned in place.
+pub(super) fn read_host_backed(
+    arg: &Bound<'_, PyAny>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    read_numba_array_fields(arg, at, scratch)
 }
 
 /// A numba `DeviceNDArray`'s fields, read from the instance dict (one dict lookup each, no
