@@ -1,7 +1,8 @@
 """Conformance: numba-cuda's own CUDA tests, as installed, plain and with fastlaunch installed.
 
-Each module of ``numba.cuda.tests.cudapy`` and ``numba.cuda.tests.doc_examples`` (all of them,
-or a group of them: ``--group K/N``) runs twice, each run in a fresh process: ``plain``
+Each module of ``numba.cuda.tests.cudapy``, ``numba.cuda.tests.doc_examples`` and
+``numba.cuda.tests.cudadrv`` (the driver-level tests: device arrays, memory, streams, events,
+contexts) (all of them, or a group of them: ``--group K/N``) runs twice, each run in a fresh process: ``plain``
 (numba-cuda as it is) and ``installed`` (``fastlaunch.install()`` before any test module is
 imported). The report lists, per module and mode, the pass/fail/error/skip counts, and every
 test that passes plain but not installed.
@@ -50,13 +51,16 @@ from typing import Any
 
 PACKAGE = "numba.cuda.tests.cudapy"
 DOC_PACKAGE = "numba.cuda.tests.doc_examples"
+#: numba-cuda's driver-level tests: device arrays, memory, streams, events, contexts.
+DRIVER_PACKAGE = "numba.cuda.tests.cudadrv"
+OTHER_PACKAGES = (DOC_PACKAGE, DRIVER_PACKAGE)
 
 
 def discover() -> list[str]:
-    """Every test module of the two packages, without importing them: cudapy's by bare name,
-    doc_examples' dotted."""
+    """Every test module of the packages, without importing them: cudapy's by bare name,
+    the others' dotted."""
     found = []
-    for package in (PACKAGE, DOC_PACKAGE):
+    for package in (PACKAGE, *OTHER_PACKAGES):
         spec = importlib.util.find_spec(package)
         if spec is None or not spec.submodule_search_locations:
             continue
@@ -450,7 +454,7 @@ def _md(text: str, limit: int = 240) -> str:
 
 def _internal(caller: str) -> bool:
     """A call from numba-cuda's own code (vectorize, reductions, ...), not from a test."""
-    return caller.startswith("numba.") and not caller.startswith((PACKAGE, DOC_PACKAGE))
+    return caller.startswith("numba.") and not caller.startswith((PACKAGE, *OTHER_PACKAGES))
 
 
 def compare(results: dict[str, dict[str, Any]]) -> tuple[list[dict], list[dict]]:
@@ -481,7 +485,8 @@ def report(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> tuple[st
     lines = [
         "# numba-cuda conformance: plain vs `fastlaunch.install()`",
         "",
-        f"numba-cuda's own tests (`{PACKAGE}.*` and `{DOC_PACKAGE}.*`, the installed copy), "
+        f"numba-cuda's own tests (`{PACKAGE}.*`, `{DOC_PACKAGE}.*` and `{DRIVER_PACKAGE}.*`, "
+        "the installed copy), "
         "each module run in a fresh process twice: plain numba-cuda, and with "
         "`fastlaunch.install()` called before the tests are imported (and in every Python "
         "process a test starts). Both modes get the NumPy 2.5 `np.row_stack` alias.",

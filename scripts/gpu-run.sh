@@ -18,7 +18,7 @@
 #   gap        python3 benchmarks/gap_probe.py: case D's reused-minus-bound cost timed the ways
 #              stages.py and interleaved.py time it, in one process; not part of `all`
 #   conformance python3 conformance/run.py --out $OUT (numba-cuda's own tests, plain and
-#              installed): all 119 modules (about 200 s with CONFORMANCE_JOBS=14), or the
+#              installed): all 148 modules (cudapy, doc_examples, cudadrv; about 250 s with CONFORMANCE_JOBS=14), or the
 #              K-th of N groups (CONFORMANCE_GROUP=K/N), or CONFORMANCE_MODULES=a,b,c; 8
 #              module runs at a time (CONFORMANCE_JOBS) within CONFORMANCE_BUDGET s (420);
 #              merge the runs' conformance.json here with conformance/run.py --merge
