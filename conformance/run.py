@@ -2,10 +2,10 @@
 
 Each module of ``numba.cuda.tests.cudapy``, ``numba.cuda.tests.doc_examples`` and
 ``numba.cuda.tests.cudadrv`` (the driver-level tests: device arrays, memory, streams, events,
-contexts) (all of them, or a group of them: ``--group K/N``) runs twice, each run in a fresh process: ``plain``
-(numba-cuda as it is) and ``installed`` (``fastlaunch.install()`` before any test module is
-imported). The report lists, per module and mode, the pass/fail/error/skip counts, and every
-test that passes plain but not installed.
+contexts), all of them or a group of them (``--group K/N``), runs twice, each run in a fresh
+process: ``plain`` (numba-cuda as it is) and ``installed`` (``fastlaunch.install()`` before
+any test module is imported). The report lists, per module and mode, the pass/fail/error/skip
+counts, and every test that passes plain but not installed.
 
 usage:
   python3 conformance/run.py --out DIR [--group K/N | --modules a,b] [--jobs N] [--timeout S]
