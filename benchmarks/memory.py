@@ -1,0 +1,513 @@
+#!/usr/bin/env python3
+"""Around the launch: numba-cuda's memory API, timed interleaved against fastlaunch's, CuPy's,
+torch's and the driver's (through cuda.bindings), in one process.
+
+usage: python3 benchmarks/memory.py [--out DIR] [--rounds 15] [--seconds 150] [--seed 0]
+           [--libraries numba-cuda,fastlaunch,cupy,torch,driver] [--ops to_device,...]
+
+What is timed (µs per call, host time; the context synchronized, untimed, before each batch):
+
+- ``to_device``: a host NumPy array (32 KiB and 2 MiB of float64) to a new device array:
+  ``cuda.to_device(a)``; CuPy ``asarray``; torch ``from_numpy(a).cuda()``; the driver
+  ``cuMemAlloc`` + ``cuMemcpyHtoD`` + ``cuMemFree``. fastlaunch may return once the host bytes
+  are staged (the copy runs on, ordered before every later use).
+- ``device_array``: ``cuda.device_array(n)``; ``cupy.empty``; ``torch.empty``; the driver
+  ``cuMemAllocAsync`` + ``cuMemFreeAsync`` (the pool the others sit on).
+- ``copy_to_host``: ``d.copy_to_host()`` (a new host array); CuPy ``get()``; torch ``cpu()``;
+  the driver ``cuMemcpyDtoH`` into an existing host buffer.
+- ``stream``: ``cuda.stream()`` (and its release); ``cupy.cuda.Stream()``;
+  ``torch.cuda.Stream()``; the driver ``cuStreamCreate`` + ``cuStreamDestroy``.
+- ``slice``: ``d[1:-1]``; the same view of a CuPy array and a torch tensor.
+- ``synchronize``: ``cuda.synchronize()``; ``cupy.cuda.Device().synchronize()``;
+  ``torch.cuda.synchronize()``; the driver ``cuCtxSynchronize`` called from Python.
+- ``tutorial_call``: a call shaped like numba-examples' Black-Scholes on 4096 float64 values:
+  a stream, two ``device_array_like``, three ``to_device``, the kernel, two ``copy_to_host``,
+  ``synchronize``. numba-cuda: its own memory API and kernel; fastlaunch: the same source with
+  ``fastlaunch.install()``; cupy: CuPy's memory API (``asarray``, ``empty_like``, ``get``) with
+  the fastlaunch kernel.
+- ``host_args_call``: the same kernel called on the five host NumPy arrays (numba-cuda copies
+  each in, then back): numba-cuda's kernel, and fastlaunch's.
+
+numba-cuda's rows run with fastlaunch uninstalled and fastlaunch's with it installed (switched,
+untimed, before each batch), so neither borrows the other's code. Each round runs every variant
+once, one batch each, in an order shuffled per round; per variant the median, p10 and p90 over
+the rounds. Writes DIR/memory.md and DIR/memory.json (``rows``: ``{"op", "bytes", "library",
+"median_us", "p10_us", "p90_us"}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import _percentile, apply_numpy_shim  # noqa: E402
+from benchmarks.run import environment  # noqa: E402
+
+SMALL, LARGE = 32 * 1024, 2 * 1024 * 1024
+OPS = (
+    "to_device",
+    "device_array",
+    "copy_to_host",
+    "stream",
+    "slice",
+    "synchronize",
+    "tutorial_call",
+    "host_args_call",
+)
+LIBRARIES = ("numba-cuda", "fastlaunch", "cupy", "torch", "driver")
+#: Elements of the Black-Scholes-shaped call (numba-examples' size is larger; a tutorial's).
+OPTIONS = 4096
+
+
+@dataclass
+class Variant:
+    op: str
+    nbytes: int
+    library: str
+    call: Callable[[], Any]
+    #: calls per timed batch: enough to outlast the timer's resolution, few for slow calls
+    batch: int
+    installed: bool
+    seconds: list[float] = field(default_factory=list)
+
+
+def black_scholes_source() -> str:
+    """numba-examples' Black-Scholes kernel, as a tutorial writes it."""
+    return """
+import math
+from numba import cuda
+
+RSQRT2PI = 0.39894228040143267793994605993438
+A1, A2, A3 = 0.31938153, -0.356563782, 1.781477937
+A4, A5 = -1.821255978, 1.330274429
+
+def cnd(d):
+    k = 1.0 / (1.0 + 0.2316419 * math.fabs(d))
+    ret = RSQRT2PI * math.exp(-0.5 * d * d) * (
+        k * (A1 + k * (A2 + k * (A3 + k * (A4 + k * A5)))))
+    if d > 0:
+        ret = 1.0 - ret
+    return ret
+
+def black_scholes(call, put, price, strike, years, riskfree, volatility):
+    i = cuda.grid(1)
+    if i >= price.shape[0]:
+        return
+    s, x, t = price[i], strike[i], years[i]
+    sqrt_t = math.sqrt(t)
+    d1 = (math.log(s / x) + (riskfree + 0.5 * volatility * volatility) * t) / (
+        volatility * sqrt_t)
+    d2 = d1 - volatility * sqrt_t
+    cnd1 = cnd_device(d1)
+    cnd2 = cnd_device(d2)
+    expRT = math.exp(-1.0 * riskfree * t)
+    call[i] = s * cnd1 - x * expRT * cnd2
+    put[i] = x * expRT * (1.0 - cnd2) - s * (1.0 - cnd1)
+"""
+
+
+def make_kernels() -> tuple[Any, Any]:
+    """The Black-Scholes kernel compiled by numba-cuda and by fastlaunch."""
+    from numba.cuda.decorators import jit as numba_jit
+
+    import fastlaunch
+
+    namespace: dict[str, Any] = {}
+    exec(black_scholes_source(), namespace)
+    namespace["cnd_device"] = numba_jit(device=True)(namespace["cnd"])
+    return numba_jit(namespace["black_scholes"]), fastlaunch.jit(namespace["black_scholes"])
+
+
+def tutorial_inputs(np: Any) -> tuple[Any, Any, Any]:
+    rng = np.random.default_rng(0)
+    price = rng.uniform(5.0, 30.0, OPTIONS)
+    strike = rng.uniform(1.0, 100.0, OPTIONS)
+    years = rng.uniform(0.25, 10.0, OPTIONS)
+    return price, strike, years
+
+
+def numba_api_variants(library: str, cuda: Any, kernel: Any, np: Any, sizes) -> list[Variant]:
+    """The numba-cuda memory API as a tutorial uses it: `cuda` is numba.cuda, with
+    fastlaunch installed (library "fastlaunch") or not ("numba-cuda")."""
+    installed = library == "fastlaunch"
+    out = []
+    for nbytes in sizes:
+        host = np.arange(nbytes // 8, dtype=np.float64)
+        device = cuda.to_device(host)
+        small = nbytes == SMALL
+        out += [
+            Variant(
+                "to_device",
+                nbytes,
+                library,
+                lambda h=host: cuda.to_device(h),
+                200 if small else 10,
+                installed,
+            ),
+            Variant(
+                "device_array",
+                nbytes,
+                library,
+                lambda n=host.size: cuda.device_array(n),
+                200,
+                installed,
+            ),
+            Variant(
+                "copy_to_host",
+                nbytes,
+                library,
+                lambda d=device: d.copy_to_host(),
+                200 if small else 10,
+                installed,
+            ),
+        ]
+    sliced = cuda.to_device(np.arange(SMALL // 8, dtype=np.float64))
+    out += [
+        Variant("stream", 0, library, lambda: cuda.stream(), 200, installed),
+        Variant("slice", 0, library, lambda d=sliced: d[1:-1], 500, installed),
+        Variant("synchronize", 0, library, cuda.synchronize, 500, installed),
+    ]
+    price, strike, years = tutorial_inputs(np)
+    blocks, threads = math.ceil(OPTIONS / 256), 256
+
+    def tutorial_call() -> tuple[Any, Any]:
+        stream = cuda.stream()
+        d_price = cuda.to_device(price, stream)
+        d_strike = cuda.to_device(strike, stream)
+        d_years = cuda.to_device(years, stream)
+        d_call = cuda.device_array_like(price, stream)
+        d_put = cuda.device_array_like(price, stream)
+        kernel[blocks, threads, stream](d_call, d_put, d_price, d_strike, d_years, 0.02, 0.30)
+        call = d_call.copy_to_host(stream=stream)
+        put = d_put.copy_to_host(stream=stream)
+        stream.synchronize()
+        return call, put
+
+    call_out, put_out = np.empty(OPTIONS), np.empty(OPTIONS)
+
+    def host_args_call() -> None:
+        kernel[blocks, threads](call_out, put_out, price, strike, years, 0.02, 0.30)
+
+    out += [
+        Variant("tutorial_call", OPTIONS * 8, library, tutorial_call, 20, installed),
+        Variant("host_args_call", OPTIONS * 8, library, host_args_call, 20, installed),
+    ]
+    return out
+
+
+def cupy_variants(fast_kernel: Any, np: Any, sizes) -> list[Variant]:
+    import cupy
+
+    out = []
+    for nbytes in sizes:
+        host = np.arange(nbytes // 8, dtype=np.float64)
+        device = cupy.asarray(host)
+        small = nbytes == SMALL
+        out += [
+            Variant(
+                "to_device",
+                nbytes,
+                "cupy",
+                lambda h=host: cupy.asarray(h),
+                200 if small else 10,
+                False,
+            ),
+            Variant(
+                "device_array",
+                nbytes,
+                "cupy",
+                lambda n=host.size: cupy.empty(n, dtype=cupy.float64),
+                200,
+                False,
+            ),
+            Variant(
+                "copy_to_host",
+                nbytes,
+                "cupy",
+                lambda d=device: d.get(),
+                200 if small else 10,
+                False,
+            ),
+        ]
+    sliced = cupy.arange(SMALL // 8, dtype=cupy.float64)
+    device_handle = cupy.cuda.Device()
+    out += [
+        Variant("stream", 0, "cupy", lambda: cupy.cuda.Stream(), 200, False),
+        Variant("slice", 0, "cupy", lambda d=sliced: d[1:-1], 500, False),
+        Variant("synchronize", 0, "cupy", device_handle.synchronize, 500, False),
+    ]
+    price, strike, years = tutorial_inputs(np)
+    blocks, threads = math.ceil(OPTIONS / 256), 256
+
+    def tutorial_call() -> tuple[Any, Any]:
+        stream = cupy.cuda.Stream()
+        with stream:
+            d_price = cupy.asarray(price)
+            d_strike = cupy.asarray(strike)
+            d_years = cupy.asarray(years)
+            d_call = cupy.empty_like(d_price)
+            d_put = cupy.empty_like(d_price)
+            fast_kernel[blocks, threads, stream](
+                d_call, d_put, d_price, d_strike, d_years, 0.02, 0.30
+            )
+            call = d_call.get(stream=stream)
+            put = d_put.get(stream=stream)
+        stream.synchronize()
+        return call, put
+
+    out.append(Variant("tutorial_call", OPTIONS * 8, "cupy", tutorial_call, 20, False))
+    return out
+
+
+def torch_variants(np: Any, sizes) -> list[Variant]:
+    import torch
+
+    out = []
+    for nbytes in sizes:
+        host = np.arange(nbytes // 8, dtype=np.float64)
+        device = torch.from_numpy(host).cuda()
+        small = nbytes == SMALL
+        out += [
+            Variant(
+                "to_device",
+                nbytes,
+                "torch",
+                lambda h=host: torch.from_numpy(h).cuda(),
+                200 if small else 10,
+                False,
+            ),
+            Variant(
+                "device_array",
+                nbytes,
+                "torch",
+                lambda n=host.size: torch.empty(n, dtype=torch.float64, device="cuda"),
+                200,
+                False,
+            ),
+            Variant(
+                "copy_to_host",
+                nbytes,
+                "torch",
+                lambda d=device: d.cpu(),
+                200 if small else 10,
+                False,
+            ),
+        ]
+    sliced = torch.arange(SMALL // 8, dtype=torch.float64, device="cuda")
+    out += [
+        Variant("stream", 0, "torch", lambda: torch.cuda.Stream(), 200, False),
+        Variant("slice", 0, "torch", lambda d=sliced: d[1:-1], 500, False),
+        Variant("synchronize", 0, "torch", torch.cuda.synchronize, 500, False),
+    ]
+    return out
+
+
+def driver_variants(np: Any, sizes) -> list[Variant]:
+    """The driver through cuda.bindings, in numba-cuda's context (current on this thread)."""
+    from cuda.bindings import driver
+
+    def check(result: Any) -> Any:
+        error, *values = result if isinstance(result, tuple) else (result,)
+        if error != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuda.bindings: {error}")
+        return values[0] if len(values) == 1 else values
+
+    out = []
+    for nbytes in sizes:
+        host = np.arange(nbytes // 8, dtype=np.float64)
+        landing = np.empty_like(host)
+        kept = check(driver.cuMemAlloc(nbytes))
+        small = nbytes == SMALL
+
+        def to_device(h: Any = host, n: int = nbytes) -> None:
+            pointer = check(driver.cuMemAlloc(n))
+            check(driver.cuMemcpyHtoD(pointer, h.ctypes.data, n))
+            check(driver.cuMemFree(pointer))
+
+        def pool_alloc(n: int = nbytes) -> None:
+            pointer = check(driver.cuMemAllocAsync(n, 0))
+            check(driver.cuMemFreeAsync(pointer, 0))
+
+        def copy_to_host(p: Any = kept, h: Any = landing, n: int = nbytes) -> None:
+            check(driver.cuMemcpyDtoH(h.ctypes.data, p, n))
+
+        out += [
+            Variant("to_device", nbytes, "driver", to_device, 200 if small else 10, False),
+            Variant("device_array", nbytes, "driver", pool_alloc, 200, False),
+            Variant("copy_to_host", nbytes, "driver", copy_to_host, 200 if small else 10, False),
+        ]
+
+    def stream() -> None:
+        handle = check(driver.cuStreamCreate(0))
+        check(driver.cuStreamDestroy(handle))
+
+    out += [
+        Variant("stream", 0, "driver", stream, 200, False),
+        Variant("synchronize", 0, "driver", lambda: check(driver.cuCtxSynchronize()), 500, False),
+    ]
+    return out
+
+
+def build(libraries: set[str], ops: set[str]) -> list[Variant]:
+    apply_numpy_shim()
+    import numpy as np
+    from numba import cuda
+
+    import fastlaunch
+
+    fastlaunch.uninstall()
+    numba_kernel, fast_kernel = make_kernels()
+    cuda.synchronize()  # numba-cuda's context current on this thread, for the driver's rows
+    sizes = (SMALL, LARGE)
+    makers: dict[str, Callable[[], list[Variant]]] = {
+        "numba-cuda": lambda: numba_api_variants("numba-cuda", cuda, numba_kernel, np, sizes),
+        "fastlaunch": lambda: installed(
+            lambda: numba_api_variants("fastlaunch", cuda, fast_kernel, np, sizes)
+        ),
+        "cupy": lambda: cupy_variants(fast_kernel, np, sizes),
+        "torch": lambda: torch_variants(np, sizes),
+        "driver": lambda: driver_variants(np, sizes),
+    }
+    variants = []
+    for library in LIBRARIES:
+        if library not in libraries:
+            continue
+        try:
+            made = makers[library]()
+        except Exception as error:  # a library missing here: reported, not fatal
+            print(f"memory.py: {library}: not measured ({type(error).__name__}: {error})")
+            continue
+        variants += [v for v in made if v.op in ops]
+    return variants
+
+
+def installed(make: Callable[[], list[Variant]]) -> list[Variant]:
+    import fastlaunch
+
+    fastlaunch.install()
+    try:
+        return make()
+    finally:
+        fastlaunch.uninstall()
+
+
+def run(variants: list[Variant], rounds: int, seconds: float, seed: int) -> int:
+    from numba import cuda
+
+    import fastlaunch
+
+    order = random.Random(seed)
+    started = time.perf_counter()
+    done = 0
+    for _ in range(rounds):
+        order.shuffle(variants)
+        for variant in variants:
+            if variant.installed:
+                fastlaunch.install()
+            else:
+                fastlaunch.uninstall()
+            variant.call()  # warm: a first call may compile or allocate
+            cuda.synchronize()
+            begin = time.perf_counter()
+            for _ in range(variant.batch):
+                variant.call()
+            variant.seconds.append((time.perf_counter() - begin) / variant.batch)
+        fastlaunch.uninstall()
+        cuda.synchronize()
+        done += 1
+        if time.perf_counter() - started > seconds:
+            break
+    return done
+
+
+def rows(variants: list[Variant]) -> list[dict[str, Any]]:
+    out = []
+    for v in sorted(
+        variants, key=lambda v: (OPS.index(v.op), v.nbytes, LIBRARIES.index(v.library))
+    ):
+        us = sorted(s * 1e6 for s in v.seconds)
+        out.append(
+            {
+                "op": v.op,
+                "bytes": v.nbytes,
+                "library": v.library,
+                "median_us": round(_percentile(us, 50), 3),
+                "p10_us": round(_percentile(us, 10), 3),
+                "p90_us": round(_percentile(us, 90), 3),
+            }
+        )
+    return out
+
+
+def markdown(table: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    env = meta["environment"]
+    lines = [
+        "# Around the launch: the memory API, interleaved",
+        "",
+        f"Measured {meta['measured']} with `python3 benchmarks/memory.py {meta['args']}`: "
+        f"{meta['rounds']} rounds.",
+        "",
+        f"- GPU: {env.get('gpus', '?')}; CPU: {env.get('cpu', '?')}",
+        "- Libraries: " + ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items()),
+        "",
+        "µs per call, median (p10–p90) over the rounds. `bytes` is the array's size (the "
+        "Black-Scholes-shaped calls: one of its five arrays). What each library's row calls: "
+        "the docstring of `benchmarks/memory.py`.",
+        "",
+    ]
+    ops_sizes = sorted(
+        {(r["op"], r["bytes"]) for r in table}, key=lambda k: (OPS.index(k[0]), k[1])
+    )
+    present = [lib for lib in LIBRARIES if any(r["library"] == lib for r in table)]
+    lines.append("| op | bytes | " + " | ".join(present) + " |")
+    lines.append("|---|--:|" + "--:|" * len(present))
+    by_key = {(r["op"], r["bytes"], r["library"]): r for r in table}
+    for op, nbytes in ops_sizes:
+        cells = []
+        for lib in present:
+            r = by_key.get((op, nbytes, lib))
+            cells.append(
+                "" if r is None else f"{r['median_us']:.1f} ({r['p10_us']:.1f}–{r['p90_us']:.1f})"
+            )
+        lines.append(f"| {op} | {nbytes or '—'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--seconds", type=float, default=150.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--libraries", default=",".join(LIBRARIES))
+    parser.add_argument("--ops", default=",".join(OPS))
+    args = parser.parse_args()
+    variants = build(set(args.libraries.split(",")), set(args.ops.split(",")))
+    done = run(variants, args.rounds, args.seconds, args.seed)
+    table = rows(variants)
+    meta = {
+        "measured": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "args": " ".join(sys.argv[1:]),
+        "rounds": done,
+        "environment": environment(),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = markdown(table, meta)
+    (args.out / "memory.md").write_text(text)
+    (args.out / "memory.json").write_text(json.dumps({**meta, "rows": table}, indent=1) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
