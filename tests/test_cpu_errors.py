@@ -19,9 +19,11 @@ from numba import cuda
 from numba.cuda import types
 from numba.cuda.dispatcher import CUDADispatcher
 from numba.cuda.errors import missing_launch_config_msg
+from numba.cuda.typing.typeof import Purpose, typeof
 
 import fastlaunch
 from fastlaunch import CudaError, CudaUnavailableError, KernelArgumentError, _core
+from fastlaunch.dispatcher import numba_type
 
 #: checks behaviour without a usable CUDA driver (with a GPU: run by test_gpu_hidden.py)
 NO_GPU = pytest.mark.no_gpu
@@ -120,19 +122,36 @@ def numba_path():
 
 
 @pytest.mark.parametrize(
+    ("make", "descriptor"),
+    [
+        (lambda: np.zeros(3, "float32"), ("array", "float32", 1, "C", False)),
+        (lambda: np.zeros((2, 3), "int8", order="F"), ("array", "int8", 2, "F", False)),
+        (lambda: np.zeros((), "complex128"), ("array", "complex128", 0, "C", False)),
+        (lambda: np.zeros(0, "bool"), ("array", "bool", 1, "C", False)),
+        (lambda: np.frombuffer(b"abcd", np.uint8), ("array", "uint8", 1, "C", True)),
+    ],
+    ids=["1d", "2d-F", "0d", "empty", "read-only"],
+)
+def test_contiguous_host_numpy_arrays_are_classified_as_numba_types_them(make, descriptor):
+    """Packed by fastlaunch (over device copies the launch stages): the descriptor is what
+    numba-cuda's typeof says of the host array."""
+    array = make()
+    assert _core.classify(array) == descriptor
+    expected = typeof(array, Purpose.argument)
+    assert numba_type(descriptor) == expected
+
+
+@pytest.mark.parametrize(
     "make",
     [
-        lambda: np.zeros(3, "float32"),
-        lambda: np.zeros((2, 3), "int8", order="F"),
-        lambda: np.zeros((), "complex128"),
-        lambda: np.zeros(0, "bool"),
         lambda: np.zeros(4)[::2],
         lambda: np.matrix([[1.0]]),
+        lambda: np.zeros(3, "datetime64[ns]"),
     ],
-    ids=["1d", "2d-F", "0d", "empty", "strided", "matrix"],
+    ids=["strided", "matrix", "datetime"],
 )
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix
-def test_host_numpy_arrays(make):
+def test_other_host_numpy_arrays(make):
     with numba_path():
         _core.classify(make())
 
@@ -154,8 +173,8 @@ def test_host_numpy_array_subclasses(make):
 @pytest.mark.parametrize(
     "value",
     [
-        (1, np.zeros(2)),
-        ((1, (2, np.zeros(2))),),
+        (1, np.zeros(4)[::2]),
+        ((1, (2, np.zeros(4)[::2])),),
         tuple(range(256)),
         Label.ONE,
         np.void(b"x"),

@@ -88,7 +88,8 @@ impl Drop for DeviceBuffer {
 
 /// A copy of host bytes in device memory, ordered on one stream: allocated and filled by
 /// [`Driver::stage_on_stream`], copied back and freed by [`Driver::unstage_on_stream`].
-/// (How numba-cuda passes records: a pointer to a device copy, copied back after the launch.)
+/// (How numba-cuda passes records and host arrays: a device copy, copied back after the
+/// launch.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StagedCopy {
     pub device: CUdeviceptr,
@@ -109,18 +110,39 @@ impl Driver {
         len: usize,
         stream: usize,
     ) -> Result<StagedCopy> {
+        // SAFETY: guaranteed by the caller.
+        unsafe { self.stage_on_stream_as(host, len, stream, true) }
+    }
+
+    /// As [`Driver::stage_on_stream`], copying the host bytes only when `copy_in` (an
+    /// output-only argument, `cuda.Out`, gets an uninitialised device copy).
+    ///
+    /// # Safety
+    /// `host` must be readable for `len` bytes when `copy_in`.
+    pub unsafe fn stage_on_stream_as(
+        &self,
+        host: *const u8,
+        len: usize,
+        stream: usize,
+        copy_in: bool,
+    ) -> Result<StagedCopy> {
         let mut device: CUdeviceptr = 0;
         let stream = stream as sys::CUstream;
         self.check(
             // SAFETY: valid out-pointer; a null stream is the legacy default stream.
             unsafe { (self.api.mem_alloc_async)(&mut device, len.max(1), stream) },
-            "allocating device memory for a record (cuMemAllocAsync)",
+            "allocating device memory for a host argument's copy (cuMemAllocAsync)",
         )?;
-        // SAFETY: the caller guarantees `host`; `device` was just allocated with `len` bytes.
-        let copied = self.check(
-            unsafe { (self.api.memcpy_htod_async)(device, host.cast(), len, stream) },
-            "copying a record to the device",
-        );
+        let copied = if copy_in && len > 0 {
+            // SAFETY: the caller guarantees `host`; `device` was just allocated with `len`
+            // bytes.
+            self.check(
+                unsafe { (self.api.memcpy_htod_async)(device, host.cast(), len, stream) },
+                "copying a host argument to the device",
+            )
+        } else {
+            Ok(())
+        };
         if let Err(error) = copied {
             // SAFETY: allocated above on this stream, freed once.
             let _ = unsafe { (self.api.mem_free_async)(device, stream) };
@@ -146,7 +168,7 @@ impl Driver {
         copy_back: bool,
     ) -> Result<()> {
         let stream = stream as sys::CUstream;
-        let copied = if copy_back {
+        let copied = if copy_back && staged.len > 0 {
             // SAFETY: guaranteed by the caller; `staged.device` holds `staged.len` bytes.
             self.check(
                 unsafe {
@@ -157,7 +179,7 @@ impl Driver {
                         stream,
                     )
                 },
-                "copying a record back from the device",
+                "copying a host argument back from the device",
             )
         } else {
             Ok(())
@@ -165,7 +187,7 @@ impl Driver {
         // SAFETY: allocated by `stage_on_stream` on this stream, freed once.
         let freed = self.check(
             unsafe { (self.api.mem_free_async)(staged.device, stream) },
-            "freeing a record's device copy (cuMemFreeAsync)",
+            "freeing a host argument's device copy (cuMemFreeAsync)",
         );
         copied.and(freed)
     }

@@ -84,8 +84,9 @@ fn refuse_numba_only(scratch: &Scratch) -> Result<()> {
     if scratch.needs_numba {
         return Err(Error::Type(
             "these arguments are passed by numba-cuda's own launch path, not classified by \
-             fastlaunch (host arrays, cuda.In/Out/InOut, datetime arrays, record arrays on \
-             the host, tuples holding those)"
+             fastlaunch (host arrays that are not C- or F-contiguous or are ndarray \
+             subclasses, datetime arrays, record arrays on the host, cuda.In/Out/InOut and \
+             tuples holding those)"
                 .into(),
         ));
     }

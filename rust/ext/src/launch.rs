@@ -308,7 +308,7 @@ impl Compiled<'_> {
             self.compute_capability,
             self.cluster,
         )?;
-        if !scratch.records.copies.is_empty() {
+        if !scratch.staging.copies.is_empty() {
             staging::stage(py, driver, dims.stream, scratch)?;
         }
         let mut launched = self.plan.pack(
@@ -353,7 +353,7 @@ impl Compiled<'_> {
         mut launched: Result<()>,
     ) -> Result<()> {
         let stream = self.dims.stream;
-        if !scratch.records.staged.is_empty() {
+        if !scratch.staging.staged.is_empty() {
             let unstaged = staging::unstage(py, driver, stream, scratch, launched.is_ok());
             launched = launched.and(unstaged);
         }

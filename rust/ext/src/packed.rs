@@ -128,10 +128,10 @@ impl PackedArgs {
         names: &[String],
         args: &Bound<'_, PyTuple>,
     ) -> Result<PackedArgs> {
-        if !scratch.records.copies.is_empty() {
+        if !scratch.staging.copies.is_empty() {
             return Err(Error::Type(
-                "bound launches and graph argument updates take no records (each launch \
-                 copies a record to the device and back)"
+                "bound launches and graph argument updates take no records or host arrays \
+                 (each launch copies them to the device and back); pass device arrays"
                     .into(),
             ));
         }

@@ -216,7 +216,7 @@ impl LastLaunch {
                 return None;
             }
         }
-        let launchable = !scratch.needs_numba && scratch.records.copies.is_empty();
+        let launchable = !scratch.needs_numba && scratch.staging.copies.is_empty();
         launchable.then_some(overload)
     }
 }
@@ -232,7 +232,7 @@ pub(crate) fn remember(
     scratch: &mut Scratch,
 ) {
     let Some(plan) = &overload.plan else { return };
-    if scratch.needs_numba || !scratch.records.copies.is_empty() {
+    if scratch.needs_numba || !scratch.staging.copies.is_empty() {
         return;
     }
     let Some(launch) = LastLaunch::new(table_id, context, overload, plan, args, names, scratch)

@@ -2,7 +2,7 @@
 //! the launch reads. Each thread reuses one [`Scratch`] (`launch.rs`), so a launch allocates
 //! nothing. Classification (`classify/`) fills it; the groups below are what the later stages
 //! read: [`StreamInputs`] (`streams.rs`), [`DeviceClaims`] (`limits.rs`) and
-//! [`RecordStaging`] (`staging.rs`).
+//! [`HostStaging`] (`staging.rs`).
 
 use pyo3::prelude::*;
 
@@ -22,10 +22,12 @@ pub(crate) struct ArrayArg {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum ArgValue {
+    /// An array (for a host array: its host address until the launch stages it; see
+    /// [`HostCopy`]).
     Array(ArrayArg),
     Scalar(Value),
     /// A record: the device address of its copy (0 until the launch stages it; see
-    /// [`RecordCopy`]), passed as one pointer parameter.
+    /// [`HostCopy`]), passed as one pointer parameter.
     Record {
         device: u64,
     },
@@ -38,17 +40,22 @@ pub(crate) struct ValueAt {
     pub argument: usize,
 }
 
-/// A record argument's host bytes, which the launch copies to the device before packing and
-/// back after (numba-cuda's `InOut` default for records). The argument object keeps the
-/// bytes alive and in place for the launch (a structured scalar holds its array).
+/// Host bytes the launch copies to the device before it and back after it: a record (a
+/// structured scalar, passed as a pointer to its device copy) or a host NumPy array (passed
+/// as a device array over the copy), as numba-cuda's launch does. The argument object keeps
+/// the bytes alive and in place for the launch (a structured scalar holds its array).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RecordCopy {
-    /// Its value in `Scratch::values`.
+pub(crate) struct HostCopy {
+    /// Its value in `Scratch::values`, whose device address staging fills in.
     pub value: usize,
     pub host: usize,
     pub len: usize,
-    /// Whether the bytes may be written: a record of a read-only array is not copied back.
-    pub writable: bool,
+    /// Whether the bytes are copied in (not for `cuda.Out`: the device copy is only
+    /// allocated).
+    pub copy_in: bool,
+    /// Whether they are copied back after the launch: not for read-only bytes, nor for
+    /// `cuda.In`.
+    pub copy_back: bool,
 }
 
 /// What orders the launch after its inputs (`streams::order_inputs`).
@@ -80,11 +87,11 @@ impl DeviceClaims {
     }
 }
 
-/// Records among the arguments, copied to the device and back around the launch
-/// (`staging.rs`).
+/// Host bytes among the arguments (records, host arrays), copied to the device and back
+/// around the launch (`staging.rs`).
 #[derive(Default)]
-pub(crate) struct RecordStaging {
-    pub copies: Vec<RecordCopy>,
+pub(crate) struct HostStaging {
+    pub copies: Vec<HostCopy>,
     /// Their device copies while the launch runs (emptied by the launch that made them).
     pub staged: Vec<driver::StagedCopy>,
 }
@@ -104,7 +111,7 @@ pub(crate) struct Scratch {
     pub needs_numba: bool,
     pub streams: StreamInputs,
     pub devices: DeviceClaims,
-    pub records: RecordStaging,
+    pub staging: HostStaging,
 }
 
 impl Scratch {
@@ -129,6 +136,6 @@ impl Scratch {
         self.streams.has_cupy = false;
         self.devices.claimed.clear();
         self.devices.unverified_pointers.clear();
-        self.records.copies.clear();
+        self.staging.copies.clear();
     }
 }

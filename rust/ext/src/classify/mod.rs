@@ -29,6 +29,7 @@ mod cuda_core;
 mod cupy;
 mod dlpack;
 pub(crate) mod fingerprint;
+mod host;
 mod known;
 mod numba;
 mod recheck;
@@ -44,7 +45,7 @@ use pyo3::types::PyTuple;
 use crate::dlpack::ExchangeApi;
 use crate::errors::{Error, Result};
 use crate::scalar::{Scalar, Value};
-use crate::scratch::{ArgValue, ArrayArg, RecordCopy, Scratch, ValueAt};
+use crate::scratch::{ArgValue, ArrayArg, HostCopy, Scratch, ValueAt};
 
 #[cfg(test)]
 pub(crate) use arrays::MAX_NDIM;
@@ -63,9 +64,13 @@ impl ValueAt {
 /// How arguments of one Python type are read.
 #[derive(Clone, Copy)]
 enum Strategy {
-    /// Kinds numba-cuda launches and fastlaunch does not pack: host arrays, `cuda.In` /
-    /// `Out` / `InOut`, datetime arrays, device records, enums of other values.
+    /// Kinds numba-cuda launches and fastlaunch does not pack: subclasses of `ndarray`,
+    /// datetime arrays, device records, enums of other values.
     Numba,
+    /// Host NumPy arrays (exactly `numpy.ndarray`) and `cuda.In` / `Out` / `InOut` around
+    /// one: device copies staged around the launch (`host.rs`).
+    HostArray(host::Transfer),
+    TransferHint(host::Transfer),
     NumpyScalar(Scalar),
     NumbaDeviceArray,
     /// numba-cuda arrays that are NumPy arrays too (`mapped_array`, `managed_array`): NumPy
@@ -164,6 +169,8 @@ pub(crate) fn read_arg(
         Strategy::Enum(class) => aggregates::read_enum(arg, class, at, scratch),
         Strategy::Datetime => scalars::read_datetime(arg, at, scratch),
         Strategy::Record => records::read(arg, at, scratch),
+        Strategy::HostArray(transfer) => host::read(arg, transfer, at, scratch),
+        Strategy::TransferHint(transfer) => host::read_hint(arg, transfer, at, scratch),
         Strategy::IntSubclass => scalars::read_int(arg, at, scratch),
         Strategy::FloatSubclass => scalars::read_float(arg, scratch),
         Strategy::ComplexSubclass => scalars::read_complex(arg, scratch),
@@ -325,6 +332,15 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
     }
     if let Some(strategy) = aggregates::tuple_strategy(arg, &class) {
         return Ok(strategy);
+    }
+    let ndarray_type = py.import("numpy").and_then(|np| np.getattr("ndarray")).ok();
+    if ndarray_type.is_some_and(|ndarray| class.is(&ndarray)) {
+        return Ok(Strategy::HostArray(host::Transfer::InOut));
+    }
+    if module == "numba.cuda.args" {
+        if let Some(transfer) = host::hint_transfer(&arg.get_type()) {
+            return Ok(Strategy::TransferHint(transfer));
+        }
     }
     let is_device_record =
         has_attribute(&class, "__cuda_memory__") && !has_attribute(&class, "__cuda_ndarray__");

@@ -1,5 +1,5 @@
 //! Records: structured NumPy scalars (`np.void`, `np.record`), passed as a pointer to a
-//! device copy that the launch stages (see `RecordCopy`).
+//! device copy that the launch stages (see `HostCopy`).
 
 use std::cell::RefCell;
 
@@ -8,7 +8,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::classes::class_id;
-use super::{fingerprint, ArgValue, Position, RecordCopy, Scratch};
+use super::{fingerprint, ArgValue, HostCopy, Position, Scratch};
 use crate::errors::Result;
 
 thread_local! {
@@ -67,11 +67,12 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
         .getattr(intern!(py, "writeable"))?
         .is_truthy()?;
     fingerprint::push_record(&mut scratch.fingerprint, id);
-    scratch.records.copies.push(RecordCopy {
+    scratch.staging.copies.push(HostCopy {
         value: scratch.values.len(),
         host,
         len,
-        writable,
+        copy_in: true,
+        copy_back: writable,
     });
     scratch.values.push(ArgValue::Record { device: 0 });
     Ok(())
