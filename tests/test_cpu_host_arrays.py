@@ -96,3 +96,22 @@ except TypeError as error:
 """
     )
     assert len(lines) == 1 and "take no records or host arrays" in lines[0]
+
+
+def test_a_bare_host_array_warns_as_numba_cuda_does_and_a_hint_does_not(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+import warnings
+a = np.zeros(4, np.float32)
+for args in ((a,), (cuda.InOut(a),)):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        launch(one, args)
+    print([str(w.message) for w in caught if "copy overhead" in str(w.message)])
+"""
+    )
+    assert lines == [
+        "['Host array used in CUDA kernel will incur copy overhead to/from device.']",
+        "[]",
+    ]

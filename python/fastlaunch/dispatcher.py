@@ -183,6 +183,19 @@ class Kernel(_core.Kernel):
                 stacklevel=3,
             )
 
+    def _warn_implicit_copy(self) -> None:
+        """numba-cuda's warning for a host array passed bare to a kernel, given by the launch
+        path on each such launch, as numba-cuda gives it (``NUMBA_CUDA_WARN_ON_IMPLICIT_COPY``;
+        not for ``cuda.In``/``Out``/``InOut``)."""
+        config = numba_cuda.config()
+        if config.CUDA_WARN_ON_IMPLICIT_COPY and not config.DISABLE_PERFORMANCE_WARNINGS:
+            warnings.warn(
+                numba_cuda.performance_warning(
+                    "Host array used in CUDA kernel will incur copy overhead to/from device."
+                ),
+                stacklevel=3,
+            )
+
     def __reduce__(self) -> tuple:
         # Pickled as its numba-cuda dispatcher (for multiprocessing); compiled again on use.
         return (Kernel, (self._dispatcher,))

@@ -309,6 +309,12 @@ impl Compiled<'_> {
             self.cluster,
         )?;
         if !scratch.staging.copies.is_empty() {
+            if scratch.staging.implicit {
+                // numba-cuda's warning, from the Python kernel class (warnings as errors raise)
+                if let Ok(warn) = kernel_object.getattr(intern!(py, "_warn_implicit_copy")) {
+                    warn.call0()?;
+                }
+            }
             staging::stage(py, driver, dims.stream, scratch)?;
         }
         let mut launched = self.plan.pack(

@@ -246,7 +246,8 @@ impl Kernel {
         }
         let py = kernel_object.py();
         if let Ok(warn) = kernel_object.getattr(intern!(py, "_warn_low_occupancy")) {
-            if let Err(raised) = warn.call1((grid.iter().product::<u32>(),)) {
+            if let Err(raised) = warn.call1((grid.iter().map(|&g| u64::from(g)).product::<u64>(),))
+            {
                 // Warnings turned into errors raise each time, as numba-cuda's do.
                 self.low_occupancy_settled.store(false, Ordering::Relaxed);
                 return Err(raised.into());

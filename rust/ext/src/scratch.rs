@@ -94,6 +94,9 @@ pub(crate) struct HostStaging {
     pub copies: Vec<HostCopy>,
     /// Their device copies while the launch runs (emptied by the launch that made them).
     pub staged: Vec<driver::StagedCopy>,
+    /// A host array passed bare (not in `cuda.In` / `Out` / `InOut`): numba-cuda warns
+    /// that it is copied.
+    pub implicit: bool,
 }
 
 /// Per-launch working memory, reused by each thread so a launch allocates nothing.
@@ -137,5 +140,6 @@ impl Scratch {
         self.devices.claimed.clear();
         self.devices.unverified_pointers.clear();
         self.staging.copies.clear();
+        self.staging.implicit = false;
     }
 }

@@ -55,14 +55,16 @@ pub(super) fn read_hint(
         scratch.needs_numba = true;
         return Ok(());
     }
-    read(&value, transfer, at, scratch)
+    read(&value, transfer, false, at, scratch)
 }
 
 /// A host NumPy array (of exactly `numpy.ndarray`): its shape, strides and dtype read
-/// through the buffer protocol and its dtype, its bytes staged for the launch.
+/// through the buffer protocol and its dtype, its bytes staged for the launch. `implicit`:
+/// passed bare, not in a transfer hint.
 pub(super) fn read(
     arg: &Bound<'_, PyAny>,
     transfer: Transfer,
+    implicit: bool,
     at: Position<'_>,
     scratch: &mut Scratch,
 ) -> Result<()> {
@@ -104,6 +106,7 @@ pub(super) fn read(
         copy_in: transfer != Transfer::Out,
         copy_back: transfer != Transfer::In && !exported.readonly,
     });
+    scratch.staging.implicit |= implicit;
     Ok(())
 }
 

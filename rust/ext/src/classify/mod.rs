@@ -169,7 +169,7 @@ pub(crate) fn read_arg(
         Strategy::Enum(class) => aggregates::read_enum(arg, class, at, scratch),
         Strategy::Datetime => scalars::read_datetime(arg, at, scratch),
         Strategy::Record => records::read(arg, at, scratch),
-        Strategy::HostArray(transfer) => host::read(arg, transfer, at, scratch),
+        Strategy::HostArray(transfer) => host::read(arg, transfer, true, at, scratch),
         Strategy::TransferHint(transfer) => host::read_hint(arg, transfer, at, scratch),
         Strategy::IntSubclass => scalars::read_int(arg, at, scratch),
         Strategy::FloatSubclass => scalars::read_float(arg, scratch),
