@@ -39,6 +39,11 @@
 #              round in a shuffled order, the Rust floor (.gpu/bin/launch-bench: carry .gpu)
 #              run between rounds; e.g. INTERLEAVED_ARGS="--batches 64,256 --rounds 60"
 #              (--seconds, 120 by default, bounds it); not part of `all`
+#   memory     python3 benchmarks/memory.py --out $OUT $MEMORY_ARGS: numba-cuda's memory API
+#              (to_device, device_array, copy_to_host, stream, slices, synchronize, the
+#              Black-Scholes-shaped call, a kernel on host arrays) against fastlaunch installed,
+#              CuPy, torch and the driver, interleaved; e.g. MEMORY_ARGS="--rounds 10"; not part
+#              of `all`
 #   all        rust tests stages conformance bench
 # The wheel install, versions and devices always come first.
 #
@@ -47,6 +52,7 @@
 #      RUST_TEST_ARGS  arguments for the Rust test binaries (default --ignored)
 #      BENCH_ARGS      extra arguments for benchmarks/run.py, shell-quoted
 #      INTERLEAVED_ARGS  extra arguments for benchmarks/interleaved.py, shell-quoted
+#      MEMORY_ARGS     extra arguments for benchmarks/memory.py, shell-quoted
 #
 # Every part runs even after another failed; the exit status is 1 if any failed, 2 if the
 # set-up failed. $OUT gets gpu-run.log (everything printed) and pytest-junit.xml;
@@ -187,6 +193,12 @@ interleaved_bench() {
   python3 benchmarks/interleaved.py --out "$OUT" "${extra[@]}"
 }
 
+memory_bench() {
+  local extra=()
+  eval "extra=(${MEMORY_ARGS:-})"
+  python3 benchmarks/memory.py --out "$OUT" "${extra[@]}"
+}
+
 conformance() {
   local group=()
   if [[ -n ${CONFORMANCE_MODULES:-} ]]; then
@@ -236,9 +248,9 @@ main() {
   for arg in "${@:-all}"; do
     case $arg in
       all) parts+=(rust tests stages conformance bench) ;;
-      rust | tests | bench | rustbench | stages | gap | conformance | threads | graphed | interleaved | fresh | ab) parts+=("$arg") ;;
+      rust | tests | bench | rustbench | stages | gap | conformance | threads | graphed | interleaved | memory | fresh | ab) parts+=("$arg") ;;
       *)
-        echo "gpu-run: unknown part '$arg' (rust, tests, stages, gap, conformance, bench, rustbench, threads, graphed, interleaved, fresh, ab, all)"
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, gap, conformance, bench, rustbench, threads, graphed, interleaved, memory, fresh, ab, all)"
         return 2
         ;;
     esac
@@ -257,6 +269,7 @@ main() {
       threads) name="thread scaling (Rust floor, fastlaunch, numba-cuda)" fn=thread_scaling ;;
       graphed) name="benchmarks/graphed.py (graphed steps)" fn=graphed_bench ;;
       interleaved) name="benchmarks/interleaved.py (cases D, B and C, interleaved)" fn=interleaved_bench ;;
+      memory) name="benchmarks/memory.py (the memory API, interleaved)" fn=memory_bench ;;
       fresh) name="scripts/fresh-wheel.sh (the wheel alone, fresh venv)" fn=fresh ;;
       ab) name="benchmarks/ab_probe.py (.whl-old against .whl)" fn=ab ;;
     esac
