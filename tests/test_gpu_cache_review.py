@@ -111,10 +111,8 @@ import fastlaunch as fl
 class OnStream:
     # an array its producer stream names (CUDA Array Interface v3): launches on another
     # stream wait for it through fastlaunch's per-context ordering event
-    def __init__(self, array, stream):
+    def __init__(self, array, handle):
         self.array = array
-        handle = stream.handle
-        handle = getattr(handle, "value", None) or int(handle)
         self.__cuda_array_interface__ = dict(array.__cuda_array_interface__, stream=handle)
 
 @fl.jit
@@ -125,10 +123,11 @@ def add_one(a):
 
 for round in range(3):
     a = cuda.to_device(np.arange(64, dtype=np.float32))
-    producer = cuda.stream()
-    add_one[2, 32](OnStream(a, producer))
-    add_one[2, 32](OnStream(a, producer))
+    producer = fl.stream()  # destroyed before the reset (a numba Stream outliving it breaks
+    add_one[2, 32](OnStream(a, producer.handle))  # numba-cuda's next context)
+    add_one[2, 32](OnStream(a, producer.handle))
     assert (a.copy_to_host() == np.arange(64) + 2).all(), round
+    del producer
     cuda.close()  # resets the primary context: the next one may get the same handle
 print("ordered after reset")
 """
