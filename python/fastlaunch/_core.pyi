@@ -54,6 +54,18 @@ __all__ = [
     "loaded_image_count",
     "pack",
     "pointer_device",
+    "mem_alloc",
+    "mem_free",
+    "copy_to_device",
+    "copy_to_host",
+    "copy_device",
+    "memset",
+    "pool_release_threshold",
+    "set_pool_release_threshold",
+    "pool_usage",
+    "pool_trim",
+    "pinned_alloc",
+    "pinned_free",
     "pop_device",
     "primary_context",
     "push_device",
@@ -305,6 +317,34 @@ def synchronize() -> None: ...
 def memory_info() -> tuple[int, int]: ...
 def loaded_image_count() -> int: ...
 def pointer_device(pointer: int) -> int | None: ...
+
+# numba-cuda's memory API on the Rust core (rust/ext/src/memory/): the driver's stream-ordered
+# pool, staged copies, pinned memory. Each works in the thread's current context.
+def mem_alloc(nbytes: int, stream: int = 0) -> int:
+    """``nbytes`` from the current device's stream-ordered pool, ordered on ``stream`` (0: the
+    legacy default stream); a null pointer for 0 bytes."""
+
+def mem_free(pointer: int, stream: int = 0, after: tuple[int, ...] | None = None) -> None:
+    """Frees ``pointer`` on ``stream``, after all work already enqueued there and on each
+    stream of ``after``."""
+
+def copy_to_device(pointer: int, host: Any, stream: int = 0) -> None:
+    """Copies a contiguous host buffer to ``pointer``; returns once the host bytes are taken."""
+
+def copy_to_host(host: Any, pointer: int, stream: int = 0) -> None:
+    """Copies into a writable contiguous host buffer after the work on ``stream``; returns
+    when the bytes are there."""
+
+def copy_device(dst: int, src: int, nbytes: int, stream: int = 0) -> None: ...
+def memset(pointer: int, value: int, nbytes: int, stream: int = 0) -> None: ...
+def pool_release_threshold(device: int) -> int: ...
+def set_pool_release_threshold(device: int, nbytes: int) -> None: ...
+def pool_usage(device: int) -> tuple[int, int]:
+    """``(used, reserved)`` bytes of the device's current pool."""
+
+def pool_trim(device: int, keep_bytes: int = 0) -> None: ...
+def pinned_alloc(nbytes: int) -> int: ...
+def pinned_free(pointer: int) -> None: ...
 
 @final
 class HeldArgs:

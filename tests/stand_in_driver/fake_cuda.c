@@ -1,8 +1,12 @@
 /* A stand-in for libcuda.so.1 with one pretend device, for measuring fastlaunch's host-side
- * launch path on machines without a GPU (benchmarks/cpu_profile.py). Every call succeeds
- * and does nothing; calls that return values return fixed, plausible ones. Never a
- * substitute for the GPU runs: it has no kernels, memory or streams. */
+ * launch path on machines without a GPU (benchmarks/cpu_profile.py). Every call succeeds;
+ * calls that return values return fixed, plausible ones. Memory is real host memory, so CPU
+ * tests of the memory API see their bytes go round: allocations (device, pool, pinned) are
+ * malloc'd and counted (fake_outstanding_allocations / fake_outstanding_bytes), copies and
+ * sets touch only memory it allocated (tests pass made-up device pointers to launches).
+ * Never a substitute for the GPU runs: it has no kernels, and streams do not order. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define OK 0
@@ -78,16 +82,85 @@ int cuEventQuery(void) { return OK; }
 int cuEventElapsedTime(float *ms) { *ms = 0.0f; return OK; }
 int cuLaunchKernel(void) { count_node(); return OK; }
 int cuLaunchKernelEx(void) { count_node(); return OK; }
-int cuMemAlloc_v2(uint64_t *ptr, size_t bytes) { (void)bytes; *ptr = 0x10000; return OK; }
-int cuMemFree_v2(void) { return OK; }
-int cuMemcpyHtoD_v2(void) { return OK; }
-int cuMemcpyDtoH_v2(void) { return OK; }
-int cuMemcpyDtoD_v2(void) { return OK; }
-int cuMemcpyHtoDAsync_v2(void) { return OK; }
-int cuMemAllocAsync(uint64_t *ptr, size_t bytes, void *stream) { (void)bytes; (void)stream; *ptr = 0x20000; return OK; }
-int cuMemFreeAsync(void) { return OK; }
-int cuMemcpyDtoHAsync_v2(void) { return OK; }
-int cuMemsetD8_v2(void) { return OK; }
+/* Allocations: a table of the live ones (address, size). */
+#define INVALID_VALUE 1
+#define MAX_ALLOCATIONS 65536
+static struct { uintptr_t address; size_t size; } allocations[MAX_ALLOCATIONS];
+static size_t allocation_count;
+static size_t release_threshold;
+
+static int allocate(void **out, size_t bytes) {
+    if (allocation_count == MAX_ALLOCATIONS) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    void *memory = calloc(1, bytes ? bytes : 1);
+    if (!memory) return 2;
+    allocations[allocation_count].address = (uintptr_t)memory;
+    allocations[allocation_count].size = bytes;
+    allocation_count++;
+    *out = memory;
+    return OK;
+}
+static int release(uintptr_t address) {
+    for (size_t i = 0; i < allocation_count; i++) {
+        if (allocations[i].address == address) {
+            free((void *)address);
+            allocations[i] = allocations[--allocation_count];
+            return OK;
+        }
+    }
+    return INVALID_VALUE;
+}
+/* Whether [address, address + bytes) lies in one allocation made here. */
+static int allocated(uintptr_t address, size_t bytes) {
+    for (size_t i = 0; i < allocation_count; i++) {
+        uintptr_t start = allocations[i].address;
+        if (address >= start && address + bytes <= start + (allocations[i].size ? allocations[i].size : 1))
+            return 1;
+    }
+    return 0;
+}
+static int copy(uintptr_t to, uintptr_t from, size_t bytes, int to_device, int from_device) {
+    if ((to_device && !allocated(to, bytes)) || (from_device && !allocated(from, bytes)))
+        return OK; /* a made-up device pointer: nothing to copy */
+    if (bytes) memmove((void *)to, (const void *)from, bytes);
+    return OK;
+}
+int fake_outstanding_allocations(void) { return (int)allocation_count; }
+size_t fake_outstanding_bytes(void) {
+    size_t total = 0;
+    for (size_t i = 0; i < allocation_count; i++) total += allocations[i].size;
+    return total;
+}
+
+int cuMemAlloc_v2(uint64_t *ptr, size_t bytes) { return allocate((void **)ptr, bytes); }
+int cuMemFree_v2(uint64_t ptr) { return ptr ? release(ptr) : OK; }
+int cuMemAllocAsync(uint64_t *ptr, size_t bytes, void *stream) { (void)stream; return allocate((void **)ptr, bytes); }
+int cuMemFreeAsync(uint64_t ptr, void *stream) { (void)stream; return ptr ? release(ptr) : OK; }
+int cuMemHostAlloc(void **ptr, size_t bytes, unsigned flags) { (void)flags; return allocate(ptr, bytes); }
+int cuMemFreeHost(void *ptr) { return release((uintptr_t)ptr); }
+int cuMemcpyHtoD_v2(uint64_t to, const void *from, size_t n) { return copy(to, (uintptr_t)from, n, 1, 0); }
+int cuMemcpyDtoH_v2(void *to, uint64_t from, size_t n) { return copy((uintptr_t)to, from, n, 0, 1); }
+int cuMemcpyDtoD_v2(uint64_t to, uint64_t from, size_t n) { return copy(to, from, n, 1, 1); }
+int cuMemcpyHtoDAsync_v2(uint64_t to, const void *from, size_t n, void *s) { (void)s; return copy(to, (uintptr_t)from, n, 1, 0); }
+int cuMemcpyDtoHAsync_v2(void *to, uint64_t from, size_t n, void *s) { (void)s; return copy((uintptr_t)to, from, n, 0, 1); }
+int cuMemcpyDtoDAsync_v2(uint64_t to, uint64_t from, size_t n, void *s) { (void)s; return copy(to, from, n, 1, 1); }
+int cuMemsetD8_v2(uint64_t to, unsigned char value, size_t n) {
+    if (allocated(to, n) && n) memset((void *)to, value, n);
+    return OK;
+}
+int cuMemsetD8Async(uint64_t to, unsigned char value, size_t n, void *s) { (void)s; return cuMemsetD8_v2(to, value, n); }
+int cuDeviceGetMemPool(void **pool, int device) { (void)device; *pool = &context_token; return OK; }
+int cuMemPoolSetAttribute(void *pool, int attribute, void *value) {
+    (void)pool;
+    if (attribute == 4) release_threshold = (size_t)*(uint64_t *)value;
+    return OK;
+}
+int cuMemPoolGetAttribute(void *pool, int attribute, void *value) {
+    (void)pool;
+    uint64_t bytes = attribute == 4 ? release_threshold : (attribute == 5 || attribute == 7) ? fake_outstanding_bytes() : 0;
+    *(uint64_t *)value = bytes;
+    return OK;
+}
+int cuMemPoolTrimTo(void) { return OK; }
 int cuPointerGetAttribute(int *value) { *value = 0; return OK; }
 int cuDeviceCanAccessPeer(int *can) { *can = 0; return OK; }
 int cuCtxEnablePeerAccess(void) { return OK; }

@@ -18,6 +18,7 @@ pub type CUevent = *mut c_void;
 pub type CUgraph = *mut c_void;
 pub type CUgraphExec = *mut c_void;
 pub type CUgraphNode = *mut c_void;
+pub type CUmemoryPool = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
@@ -32,6 +33,12 @@ pub const CU_STREAM_LEGACY: usize = 0x1;
 pub const CU_STREAM_PER_THREAD: usize = 0x2;
 pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+/// `CUmemPool_attribute` values (cuda.h).
+pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: c_int = 4;
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: c_int = 5;
+pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: c_int = 7;
+/// Pinned host memory usable from every context.
+pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x1;
 
 pub const CU_LAUNCH_ATTRIBUTE_COOPERATIVE: c_uint = 2;
 pub const CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: c_uint = 4;
@@ -225,6 +232,14 @@ driver_api! {
     memset_d8 = "cuMemsetD8_v2": fn(CUdeviceptr, u8, usize);
     mem_alloc_async = "cuMemAllocAsync": fn(*mut CUdeviceptr, usize, CUstream);
     mem_free_async = "cuMemFreeAsync": fn(CUdeviceptr, CUstream);
+    memcpy_dtod_async = "cuMemcpyDtoDAsync_v2": fn(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    memset_d8_async = "cuMemsetD8Async": fn(CUdeviceptr, u8, usize, CUstream);
+    device_get_mem_pool = "cuDeviceGetMemPool": fn(*mut CUmemoryPool, CUdevice);
+    mem_pool_set_attribute = "cuMemPoolSetAttribute": fn(CUmemoryPool, c_int, *mut c_void);
+    mem_pool_get_attribute = "cuMemPoolGetAttribute": fn(CUmemoryPool, c_int, *mut c_void);
+    mem_pool_trim_to = "cuMemPoolTrimTo": fn(CUmemoryPool, usize);
+    mem_host_alloc = "cuMemHostAlloc": fn(*mut *mut c_void, usize, c_uint);
+    mem_free_host = "cuMemFreeHost": fn(*mut c_void);
     pointer_get_attribute = "cuPointerGetAttribute": fn(*mut c_void, c_int, CUdeviceptr);
     device_can_access_peer = "cuDeviceCanAccessPeer": fn(*mut c_int, CUdevice, CUdevice);
     ctx_enable_peer_access = "cuCtxEnablePeerAccess": fn(CUcontext, c_uint);

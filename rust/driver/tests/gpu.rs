@@ -798,3 +798,48 @@ fn stream_wait_event_orders_two_streams() {
     first.synchronize().expect("synchronize the first stream");
     assert_filled(&read_f32s(&buffer), n, 2.0);
 }
+
+// ---------------------------------------------------------------- the memory layer
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pool_allocations_round_trip_through_the_staging_ring() {
+    use fastlaunch_driver::memory::SLOT_BYTES;
+    use fastlaunch_driver::StagingRing;
+
+    let driver = on_device_0();
+    let stream = Stream::create(driver, false).unwrap();
+    let mut ring = StagingRing::new(driver);
+    for len in [1usize, 32 * 1024, SLOT_BYTES, 3 << 20] {
+        let host: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let device = driver.alloc_async(len, stream.handle()).unwrap();
+        // SAFETY: `device` holds `len` bytes until it is freed below, after the copies.
+        unsafe { ring.copy_to_device(device, &host, stream.handle()) }.unwrap();
+        let mut back = vec![0u8; len];
+        // SAFETY: as above.
+        unsafe { ring.copy_to_host(&mut back, device, stream.handle()) }.unwrap();
+        assert_eq!(back, host, "{len} bytes");
+        let fence = Event::create(driver, false).unwrap();
+        driver
+            .free_after(device, stream.handle(), &[0], &fence)
+            .unwrap();
+    }
+    stream.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_pools_release_threshold_is_set_and_read() {
+    let driver = on_device_0();
+    let pool = driver.memory_pool(0).unwrap();
+    let before = pool.release_threshold(driver).unwrap();
+    pool.set_release_threshold(driver, 1 << 30).unwrap();
+    assert_eq!(pool.release_threshold(driver).unwrap(), 1 << 30);
+    pool.set_release_threshold(driver, before).unwrap();
+    let pointer = driver.alloc_async(1 << 20, 0).unwrap();
+    assert!(pool.usage(driver).unwrap().used >= 1 << 20);
+    driver
+        .free_after(pointer, 0, &[], &Event::create(driver, false).unwrap())
+        .unwrap();
+    driver.synchronize().unwrap();
+}

@@ -20,6 +20,7 @@ mod kernel;
 mod launch;
 mod launcher;
 mod limits;
+mod memory;
 mod numba_types;
 mod overloads;
 mod packed;
@@ -90,5 +91,17 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(devices::memory_info, m)?)?;
     m.add_function(wrap_pyfunction!(devices::loaded_image_count, m)?)?;
     m.add_function(wrap_pyfunction!(devices::pointer_device, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::mem_alloc, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::mem_free, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::copy_to_device, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::copy_to_host, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::copy_device, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::memset, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::pool_release_threshold, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::set_pool_release_threshold, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::pool_usage, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::pool_trim, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::pinned_alloc, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::pinned_free, m)?)?;
     Ok(())
 }

@@ -1,4 +1,14 @@
-//! Device memory: allocations and copies, for tests and host-array transfers.
+//! Device memory: the driver's stream-ordered pool (`pool`), pinned host memory (`pinned`),
+//! staged copies between pageable host memory and the device (`staging`), and the copies of
+//! host arguments around a launch ([`StagedCopy`]); plain allocations for tests.
+
+mod pinned;
+mod pool;
+mod staging;
+
+pub use pinned::PinnedBuffer;
+pub use pool::{MemoryPool, PoolUsage};
+pub use staging::{StagingRing, SLOTS, SLOT_BYTES};
 
 use std::ffi::c_int;
 
@@ -240,6 +250,42 @@ impl Driver {
             return PointerLocation::Anywhere;
         }
         PointerLocation::Device(ordinal)
+    }
+
+    /// Copies `len` bytes between device allocations in `stream`'s order.
+    ///
+    /// # Safety
+    /// Both ranges must be valid device memory of `len` bytes until the copy has run.
+    pub unsafe fn copy_device_async(
+        &self,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        len: usize,
+        stream: usize,
+    ) -> Result<()> {
+        self.check(
+            // SAFETY: per the caller.
+            unsafe { (self.api.memcpy_dtod_async)(dst, src, len, stream as sys::CUstream) },
+            "copying device to device",
+        )
+    }
+
+    /// Sets `len` bytes at `pointer` to `value` in `stream`'s order.
+    ///
+    /// # Safety
+    /// The range must be valid device memory of `len` bytes until the copy has run.
+    pub unsafe fn memset_async(
+        &self,
+        pointer: CUdeviceptr,
+        value: u8,
+        len: usize,
+        stream: usize,
+    ) -> Result<()> {
+        self.check(
+            // SAFETY: per the caller.
+            unsafe { (self.api.memset_d8_async)(pointer, value, len, stream as sys::CUstream) },
+            "setting device memory",
+        )
     }
 
     /// Copies between device allocations (same or peer devices under UVA).

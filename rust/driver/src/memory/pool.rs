@@ -1,0 +1,142 @@
+//! The driver's stream-ordered memory pool: each device's current pool (`cuDeviceGetMemPool`,
+//! the default pool unless a program set another), from which `cuMemAllocAsync` allocates.
+//! The pool caches freed memory and hands it out again only once the free's stream position
+//! is reached (or is known to be ordered before the new allocation), so a free ordered after
+//! every use of the memory is what keeps it from being reused too early ([`Driver::free_after`]).
+//! Memory goes back to the driver when the pool holds more than its release threshold at a
+//! synchronization (`cuStreamSynchronize`, `cuCtxSynchronize`, `cuEventSynchronize`).
+
+use std::ffi::c_void;
+use std::ptr;
+
+use crate::error::Result;
+use crate::stream::Event;
+use crate::sys::{self, CUdeviceptr, CUmemoryPool};
+use crate::Driver;
+
+/// A device's current memory pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryPool {
+    handle: CUmemoryPool,
+}
+
+// SAFETY: pool handles may be used from any thread.
+unsafe impl Send for MemoryPool {}
+// SAFETY: as above; no interior mutability.
+unsafe impl Sync for MemoryPool {}
+
+/// What a pool holds: bytes handed out, and bytes reserved from the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolUsage {
+    pub used: u64,
+    pub reserved: u64,
+}
+
+impl Driver {
+    /// The current memory pool of device `ordinal`.
+    pub fn memory_pool(&self, ordinal: usize) -> Result<MemoryPool> {
+        let device = self.device_handle(ordinal)?;
+        let mut handle: CUmemoryPool = ptr::null_mut();
+        self.check(
+            // SAFETY: valid out-pointer and device handle.
+            unsafe { (self.api.device_get_mem_pool)(&mut handle, device) },
+            "reading the device's memory pool (cuDeviceGetMemPool)",
+        )?;
+        Ok(MemoryPool { handle })
+    }
+
+    /// `len` bytes from the current device's pool, ordered on `stream` (a null pointer for
+    /// 0 bytes, as numba-cuda's `memalloc(0)` gives).
+    pub fn alloc_async(&self, len: usize, stream: usize) -> Result<CUdeviceptr> {
+        if len == 0 {
+            return Ok(0);
+        }
+        let mut pointer: CUdeviceptr = 0;
+        self.check(
+            // SAFETY: valid out-pointer; the stream handle is the caller's.
+            unsafe { (self.api.mem_alloc_async)(&mut pointer, len, stream as sys::CUstream) },
+            "allocating from the memory pool (cuMemAllocAsync)",
+        )?;
+        Ok(pointer)
+    }
+
+    /// Frees `pointer` (from [`Driver::alloc_async`]) in `stream`'s order, after all work
+    /// already enqueued on `stream` and on every stream of `after`: for each of those, an
+    /// event is recorded there with `fence` and `stream` waits on it (a wait captures the
+    /// event as recorded when it is enqueued, so one event serves them all).
+    pub fn free_after(
+        &self,
+        pointer: CUdeviceptr,
+        stream: usize,
+        after: &[usize],
+        fence: &Event,
+    ) -> Result<()> {
+        if pointer == 0 {
+            return Ok(());
+        }
+        for &other in after {
+            if other != stream {
+                self.order_after(stream, other, fence)?;
+            }
+        }
+        self.check(
+            // SAFETY: a pool allocation, freed once; the stream handle is the caller's.
+            unsafe { (self.api.mem_free_async)(pointer, stream as sys::CUstream) },
+            "freeing to the memory pool (cuMemFreeAsync)",
+        )
+    }
+}
+
+impl MemoryPool {
+    /// Bytes the pool keeps reserved at a synchronization instead of releasing them.
+    pub fn release_threshold(&self, driver: &Driver) -> Result<u64> {
+        self.read(driver, sys::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+    }
+
+    pub fn set_release_threshold(&self, driver: &Driver, bytes: u64) -> Result<()> {
+        let mut value = bytes;
+        driver.check(
+            // SAFETY: the release threshold is a cuuint64_t read from a valid pointer.
+            unsafe {
+                (driver.api.mem_pool_set_attribute)(
+                    self.handle,
+                    sys::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut value as *mut u64).cast::<c_void>(),
+                )
+            },
+            "setting the memory pool's release threshold",
+        )
+    }
+
+    pub fn usage(&self, driver: &Driver) -> Result<PoolUsage> {
+        Ok(PoolUsage {
+            used: self.read(driver, sys::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+            reserved: self.read(driver, sys::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+        })
+    }
+
+    /// Releases reserved memory the pool does not use, down to `keep` bytes.
+    pub fn trim_to(&self, driver: &Driver, keep: usize) -> Result<()> {
+        driver.check(
+            // SAFETY: a valid pool handle.
+            unsafe { (driver.api.mem_pool_trim_to)(self.handle, keep) },
+            "trimming the memory pool",
+        )
+    }
+
+    fn read(&self, driver: &Driver, attribute: std::ffi::c_int) -> Result<u64> {
+        let mut value = 0u64;
+        driver.check(
+            // SAFETY: these attributes are cuuint64_t values written to a valid pointer.
+            unsafe {
+                (driver.api.mem_pool_get_attribute)(
+                    self.handle,
+                    attribute,
+                    (&mut value as *mut u64).cast::<c_void>(),
+                )
+            },
+            "reading a memory pool attribute",
+        )?;
+        Ok(value)
+    }
+}

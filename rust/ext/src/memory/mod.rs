@@ -1,0 +1,69 @@
+//! numba-cuda's memory API on the Rust core, the Python face of `fastlaunch_driver`'s memory
+//! layer: allocations from the driver's stream-ordered pool and their stream-ordered frees
+//! (`pool.rs`), copies between host buffers and the device through pinned staging
+//! (`transfers.rs`), pinned host memory (`pinned.rs`). `python/fastlaunch/memory/` builds
+//! numba-cuda's objects over these.
+//!
+//! Every call works in the thread's current context (device 0's primary context when none
+//! is current, as launches do). What a context needs for it, its staging ring and the event
+//! that orders frees after other streams, is made on first use and kept per context
+//! ([`with_context_memory`]); the lock around it is held for a copy's enqueueing (and, for a
+//! staged copy back, until its bytes are in), never while Python code runs.
+
+mod buffer;
+mod pinned;
+mod pool;
+mod transfers;
+
+use std::sync::Mutex;
+
+use fastlaunch_driver::{self as driver, Event, LaunchContext, StagingRing};
+
+use crate::devices::driver;
+use crate::errors::Result;
+
+pub(crate) use pinned::{pinned_alloc, pinned_free};
+pub(crate) use pool::{
+    mem_alloc, mem_free, pool_release_threshold, pool_trim, pool_usage, set_pool_release_threshold,
+};
+pub(crate) use transfers::{copy_device, copy_to_device, copy_to_host, memset};
+
+/// What the memory API keeps for one context.
+struct ContextMemory {
+    /// `LaunchContext::key`: the context's unique id.
+    key: u64,
+    ring: StagingRing,
+    /// Recorded on a stream a free must follow (`Driver::free_after`).
+    fence: Event,
+}
+
+static CONTEXTS: Mutex<Vec<ContextMemory>> = Mutex::new(Vec::new());
+
+/// The thread's current context (made current if none is), and its driver.
+fn current() -> Result<(&'static driver::Driver, LaunchContext)> {
+    let driver = driver()?;
+    let context = driver.launch_context()?;
+    Ok((driver, context))
+}
+
+/// Runs `work` with the memory state of `context` (made on first use).
+fn with_context_memory<T>(
+    driver: &'static driver::Driver,
+    context: &LaunchContext,
+    work: impl FnOnce(&mut ContextMemory) -> Result<T>,
+) -> Result<T> {
+    let mut contexts = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
+    let key = context.key();
+    let index = match contexts.iter().position(|c| c.key == key) {
+        Some(index) => index,
+        None => {
+            contexts.push(ContextMemory {
+                key,
+                ring: StagingRing::new(driver),
+                fence: Event::create(driver, false)?,
+            });
+            contexts.len() - 1
+        }
+    };
+    work(&mut contexts[index])
+}

@@ -1,0 +1,101 @@
+//! Copies between host buffers and device memory, in a stream's order, through the
+//! context's staging ring (`fastlaunch_driver::StagingRing`), and device-to-device copies and
+//! sets. The GIL is let go where a call can wait: copies back (until their bytes are in) and
+//! copies larger than a staging slot.
+
+use fastlaunch_driver::StagingRing;
+use pyo3::prelude::*;
+
+use super::buffer::HostBuffer;
+use super::{current, with_context_memory};
+use crate::errors::{Error, Result};
+
+/// Copies `host`'s bytes (a contiguous buffer) to `pointer` on `stream`; returns once the
+/// host bytes are taken, the copy ordered before later work on `stream`.
+#[pyfunction]
+#[pyo3(signature = (pointer, host, stream = 0))]
+pub(crate) fn copy_to_device(
+    py: Python<'_>,
+    pointer: u64,
+    host: &Bound<'_, PyAny>,
+    stream: usize,
+) -> Result<()> {
+    let buffer = HostBuffer::take(host, false, "host")?;
+    let (address, len) = (buffer.address(), buffer.len());
+    let (driver, context) = current()?;
+    let copy = move || {
+        with_context_memory(driver, &context, |memory| {
+            // SAFETY: the buffer stays exported (and so in place) until `buffer` drops after
+            // this; the caller gives a device range of at least `len` bytes.
+            let host = unsafe { std::slice::from_raw_parts(address as *const u8, len) };
+            // SAFETY: as above.
+            Ok(unsafe { memory.ring.copy_to_device(pointer, host, stream) }?)
+        })
+    };
+    let copied = if StagingRing::stages(len) {
+        copy()
+    } else {
+        py.detach(copy)
+    };
+    drop(buffer);
+    copied
+}
+
+/// Copies `len(host)` bytes from `pointer` into `host` (a writable contiguous buffer) after
+/// the work enqueued on `stream`; returns when they are there.
+#[pyfunction]
+#[pyo3(signature = (host, pointer, stream = 0))]
+pub(crate) fn copy_to_host(
+    py: Python<'_>,
+    host: &Bound<'_, PyAny>,
+    pointer: u64,
+    stream: usize,
+) -> Result<()> {
+    let buffer = HostBuffer::take(host, true, "host")?;
+    let (address, len) = (buffer.address(), buffer.len());
+    let (driver, context) = current()?;
+    let copied = py.detach(move || {
+        with_context_memory(driver, &context, |memory| {
+            // SAFETY: the writable export stays (and the memory in place) until `buffer`
+            // drops after this; nothing else writes it meanwhile under the GIL's absence but
+            // other threads, as with any NumPy array handed to C.
+            let host = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) };
+            // SAFETY: the caller gives a device range of at least `len` bytes.
+            Ok(unsafe { memory.ring.copy_to_host(host, pointer, stream) }?)
+        })
+    });
+    drop(buffer);
+    copied
+}
+
+fn byte_count(nbytes: i64) -> Result<usize> {
+    usize::try_from(nbytes)
+        .map_err(|_| Error::Value(format!("nbytes must not be negative, got {nbytes}")))
+}
+
+/// Copies `nbytes` from device `src` to device `dst` in `stream`'s order.
+#[pyfunction]
+#[pyo3(signature = (dst, src, nbytes, stream = 0))]
+pub(crate) fn copy_device(dst: u64, src: u64, nbytes: i64, stream: usize) -> Result<()> {
+    let nbytes = byte_count(nbytes)?;
+    if nbytes == 0 {
+        return Ok(());
+    }
+    let (driver, _) = current()?;
+    // SAFETY: the caller gives device ranges of `nbytes` bytes (the Python layer passes its
+    // arrays' own allocations); the driver refuses pointers it does not know.
+    Ok(unsafe { driver.copy_device_async(dst, src, nbytes, stream) }?)
+}
+
+/// Sets `nbytes` at device `pointer` to the byte `value` in `stream`'s order.
+#[pyfunction]
+#[pyo3(signature = (pointer, value, nbytes, stream = 0))]
+pub(crate) fn memset(pointer: u64, value: u8, nbytes: i64, stream: usize) -> Result<()> {
+    let nbytes = byte_count(nbytes)?;
+    if nbytes == 0 {
+        return Ok(());
+    }
+    let (driver, _) = current()?;
+    // SAFETY: as for `copy_device`.
+    Ok(unsafe { driver.memset_async(pointer, value, nbytes, stream) }?)
+}
