@@ -44,7 +44,8 @@ for array in (
     meminfo, parent, nitems, itemsize, data, *dims = launch(one, (array,))
     assert (meminfo, parent) == (0, 0)
     assert (nitems, itemsize) == (array.size, array.itemsize)
-    assert data != array.ctypes.data and data != 0  # a device copy's address
+    assert data != array.ctypes.data  # a device copy's address (null for an empty one)
+    assert data != 0 or array.size == 0
     # (an empty array's strides are never read: NumPy says 0 where its buffer says itemsize)
     assert dims[: array.ndim] == list(array.shape), dims
     assert array.size == 0 or dims[array.ndim :] == list(array.strides), dims
@@ -114,4 +115,34 @@ for args in ((a,), (cuda.InOut(a),)):
     assert lines == [
         "['Host array used in CUDA kernel will incur copy overhead to/from device.']",
         "[]",
+    ]
+
+
+def test_copies_go_the_way_each_hint_says_and_are_all_freed(run_on_stand_in):
+    """The stand-in's memory is real and its kernels do nothing: a device copy that is not
+    copied in starts zeroed (its `calloc`), so copying it back zeroes the host array."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+import ctypes, os
+fake = ctypes.CDLL(os.environ["FASTLAUNCH_CUDA_DRIVER"])
+@fl.jit
+def two(a, b):
+    pass
+for hint in (lambda x: x, cuda.InOut, cuda.In, cuda.Out):
+    a = np.ones(64 * 1024)  # 512 KiB: staged through a pinned slot
+    b = np.ones(256 * 1024)  # 2 MiB: copied straight from and to pageable memory
+    for _ in range(2):  # the staging ring makes its pinned slots on first use
+        launch(two, (hint(a), hint(b)))
+    before = fake.fake_outstanding_allocations()
+    launch(two, (hint(a), hint(b)))
+    left = fake.fake_outstanding_allocations() - before
+    print(float(a.sum()) == a.size, float(b.sum()) == b.size, left)
+"""
+    )
+    assert lines == [
+        "True True 0",  # copied in and back
+        "True True 0",  # InOut: the same
+        "True True 0",  # In: not copied back
+        "False False 0",  # Out: not copied in, its zeroed device copy copied back
     ]

@@ -31,9 +31,7 @@ pub use error::{Error, Result};
 pub use graph::{CaptureMode, Graph, GraphNode, KernelNodeParams};
 pub use launch::{Function, LaunchDims, LaunchOptions};
 pub use library::{loaded_count, Kernel, KernelAttribute, Library};
-pub use memory::{
-    DeviceBuffer, MemoryPool, PinnedBuffer, PointerLocation, PoolUsage, StagedCopy, StagingRing,
-};
+pub use memory::{DeviceBuffer, MemoryPool, PinnedBuffer, PointerLocation, PoolUsage, StagingRing};
 pub use params::ParamBuffer;
 pub use stream::{Event, Stream, LEGACY_STREAM, PER_THREAD_STREAM};
 pub use sys::CUresult;

@@ -315,7 +315,7 @@ impl Compiled<'_> {
                     warn.call0()?;
                 }
             }
-            staging::stage(py, driver, dims.stream, scratch)?;
+            staging::stage(py, driver, self.context, dims.stream, scratch)?;
         }
         let mut launched = self.plan.pack(
             &scratch.values,
@@ -360,7 +360,8 @@ impl Compiled<'_> {
     ) -> Result<()> {
         let stream = self.dims.stream;
         if !scratch.staging.staged.is_empty() {
-            let unstaged = staging::unstage(py, driver, stream, scratch, launched.is_ok());
+            let unstaged =
+                staging::unstage(py, driver, self.context, stream, scratch, launched.is_ok());
             launched = launched.and(unstaged);
         }
         launched?;

@@ -92,8 +92,9 @@ impl DeviceClaims {
 #[derive(Default)]
 pub(crate) struct HostStaging {
     pub copies: Vec<HostCopy>,
-    /// Their device copies while the launch runs (emptied by the launch that made them).
-    pub staged: Vec<driver::StagedCopy>,
+    /// Their device copies' addresses while the launch runs, in order (emptied by the
+    /// launch that made them).
+    pub staged: Vec<u64>,
     /// A host array passed bare (not in `cuda.In` / `Out` / `InOut`): numba-cuda warns
     /// that it is copied.
     pub implicit: bool,

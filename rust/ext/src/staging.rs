@@ -1,22 +1,26 @@
 //! Host bytes around a launch (records and host NumPy arrays, see `HostCopy`): copied to the
 //! device on the launch's stream before it (their device addresses are what the kernel
 //! gets), and back after it, as numba-cuda's launch does (`InOut` by default; `cuda.In` is
-//! not copied back, `cuda.Out` not copied in).
+//! not copied back, `cuda.Out` not copied in). The device copies come from the driver's
+//! stream-ordered pool and the bytes go through the context's pinned staging ring, as the
+//! memory API's copies do (`crate::memory`).
 
-use fastlaunch_driver as driver;
+use fastlaunch_driver::{self as driver, LaunchContext};
 use pyo3::prelude::*;
 
 use crate::errors::{Error, Result};
 use crate::graphs;
+use crate::memory::with_context_memory;
 use crate::scratch::{ArgValue, Scratch};
 
-/// Copies the host bytes among the arguments to the device on the launch's stream (from the
-/// driver's stream-ordered pool) and puts their device addresses in the values to pack. Not
-/// while capturing a graph: copies from pageable host memory cannot be captured.
+/// Copies the host bytes among the arguments to the device on the launch's stream and puts
+/// their device addresses in the values to pack. Not while capturing a graph: copies from
+/// pageable host memory cannot be captured.
 #[cold]
 pub(crate) fn stage(
     py: Python<'_>,
     driver: &'static driver::Driver,
+    context: &LaunchContext,
     stream: usize,
     scratch: &mut Scratch,
 ) -> Result<()> {
@@ -30,22 +34,24 @@ pub(crate) fn stage(
     }
     for index in 0..scratch.staging.copies.len() {
         let copy = scratch.staging.copies[index];
-        // SAFETY: the argument's buffer exported `len` readable bytes at `host`, which the
-        // argument object keeps in place for the launch (see `HostCopy`).
-        let staged = unsafe {
-            driver.stage_on_stream_as(copy.host as *const u8, copy.len, stream, copy.copy_in)
-        };
-        match staged {
-            Ok(staged) => {
-                scratch.staging.staged.push(staged);
-                match &mut scratch.values[copy.value] {
-                    ArgValue::Record { device } => *device = staged.device,
-                    ArgValue::Array(array) => array.data = staged.device,
-                    ArgValue::Scalar(_) => {} // host copies are only made for the two above
-                }
+        let staged = driver.alloc_async(copy.len, stream).and_then(|device| {
+            scratch.staging.staged.push(device);
+            if copy.copy_in {
+                // SAFETY: the argument's buffer exported `len` readable bytes at `host`,
+                // which the argument object keeps in place for the launch (see `HostCopy`).
+                let host = unsafe { std::slice::from_raw_parts(copy.host as *const u8, copy.len) };
+                copy_in(driver, context, device, host, stream)?;
             }
+            Ok(device)
+        });
+        match staged {
+            Ok(device) => match &mut scratch.values[copy.value] {
+                ArgValue::Record { device: value } => *value = device,
+                ArgValue::Array(array) => array.data = device,
+                ArgValue::Scalar(_) => {} // host copies are only made for the two above
+            },
             Err(error) => {
-                let _ = unstage(py, driver, stream, scratch, false);
+                let _ = unstage(py, driver, context, stream, scratch, false);
                 return Err(error.into());
             }
         }
@@ -53,14 +59,27 @@ pub(crate) fn stage(
     Ok(())
 }
 
+fn copy_in(
+    driver: &'static driver::Driver,
+    context: &LaunchContext,
+    device: u64,
+    host: &[u8],
+    stream: usize,
+) -> driver::Result<()> {
+    with_context_memory(driver, context, |memory| {
+        // SAFETY: `device` was just allocated with `host.len()` bytes on this stream.
+        unsafe { memory.ring.copy_to_device(device, host, stream) }
+    })
+}
+
 /// After the launch: copies each staged argument back into its host bytes when the launch
 /// was submitted and the argument is copied back (the launch then waits for the kernel,
-/// without the GIL: a copy into pageable memory returns once it is done), and frees its
-/// device copy in stream order.
+/// without the GIL), and frees its device copy in stream order.
 #[cold]
 pub(crate) fn unstage(
     py: Python<'_>,
     driver: &'static driver::Driver,
+    context: &LaunchContext,
     stream: usize,
     scratch: &mut Scratch,
     launched: bool,
@@ -69,13 +88,20 @@ pub(crate) fn unstage(
     let copies = scratch.staging.staged.iter().zip(&scratch.staging.copies);
     let outcome = py.detach(|| {
         let mut outcome = Ok(());
-        for (&staged, copy) in copies {
-            // SAFETY: the host bytes are the argument's own, alive and in place for the
-            // launch (see `HostCopy`), and written only when they may be.
-            let result =
-                unsafe { driver.unstage_on_stream(staged, stream, launched && copy.copy_back) };
+        for (&device, copy) in copies {
+            if launched && copy.copy_back && outcome.is_ok() {
+                // SAFETY: the host bytes are the argument's own, alive, in place and writable
+                // for the launch (see `HostCopy`).
+                let host =
+                    unsafe { std::slice::from_raw_parts_mut(copy.host as *mut u8, copy.len) };
+                outcome = with_context_memory(driver, context, |memory| {
+                    // SAFETY: `device` holds `len` bytes until it is freed below.
+                    unsafe { memory.ring.copy_to_host(host, device, stream) }
+                });
+            }
+            let freed = driver.free_async(device, stream);
             if outcome.is_ok() {
-                outcome = result;
+                outcome = freed;
             }
         }
         outcome

@@ -1,6 +1,6 @@
 //! Device memory: the driver's stream-ordered pool (`pool`), pinned host memory (`pinned`),
-//! staged copies between pageable host memory and the device (`staging`), and the copies of
-//! host arguments around a launch ([`StagedCopy`]); plain allocations for tests.
+//! staged copies between pageable host memory and the device (`staging`); plain allocations
+//! for tests.
 
 mod pinned;
 mod pool;
@@ -93,113 +93,6 @@ impl Drop for DeviceBuffer {
             // SAFETY: allocated by cuMemAlloc and freed once.
             let _ = unsafe { (self.driver.api.mem_free)(self.ptr) };
         }
-    }
-}
-
-/// A copy of host bytes in device memory, ordered on one stream: allocated and filled by
-/// [`Driver::stage_on_stream`], copied back and freed by [`Driver::unstage_on_stream`].
-/// (How numba-cuda passes records and host arrays: a device copy, copied back after the
-/// launch.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StagedCopy {
-    pub device: CUdeviceptr,
-    pub host: usize,
-    pub len: usize,
-}
-
-impl Driver {
-    /// Allocates `len` bytes on `stream` (stream-ordered, from the device's default pool) and
-    /// copies `len` bytes from `host` there. From pageable memory the driver has read the
-    /// host bytes before this returns.
-    ///
-    /// # Safety
-    /// `host` must be readable for `len` bytes.
-    pub unsafe fn stage_on_stream(
-        &self,
-        host: *const u8,
-        len: usize,
-        stream: usize,
-    ) -> Result<StagedCopy> {
-        // SAFETY: guaranteed by the caller.
-        unsafe { self.stage_on_stream_as(host, len, stream, true) }
-    }
-
-    /// As [`Driver::stage_on_stream`], copying the host bytes only when `copy_in` (an
-    /// output-only argument, `cuda.Out`, gets an uninitialised device copy).
-    ///
-    /// # Safety
-    /// `host` must be readable for `len` bytes when `copy_in`.
-    pub unsafe fn stage_on_stream_as(
-        &self,
-        host: *const u8,
-        len: usize,
-        stream: usize,
-        copy_in: bool,
-    ) -> Result<StagedCopy> {
-        let mut device: CUdeviceptr = 0;
-        let stream = stream as sys::CUstream;
-        self.check(
-            // SAFETY: valid out-pointer; a null stream is the legacy default stream.
-            unsafe { (self.api.mem_alloc_async)(&mut device, len.max(1), stream) },
-            "allocating device memory for a host argument's copy (cuMemAllocAsync)",
-        )?;
-        let copied = if copy_in && len > 0 {
-            // SAFETY: the caller guarantees `host`; `device` was just allocated with `len`
-            // bytes.
-            self.check(
-                unsafe { (self.api.memcpy_htod_async)(device, host.cast(), len, stream) },
-                "copying a host argument to the device",
-            )
-        } else {
-            Ok(())
-        };
-        if let Err(error) = copied {
-            // SAFETY: allocated above on this stream, freed once.
-            let _ = unsafe { (self.api.mem_free_async)(device, stream) };
-            return Err(error);
-        }
-        Ok(StagedCopy {
-            device,
-            host: host as usize,
-            len,
-        })
-    }
-
-    /// After the work on `stream` that used it: copies `staged` back to its host bytes when
-    /// `copy_back` (into pageable memory the copy has completed when this returns, so the
-    /// launch is then finished), then frees it on the stream.
-    ///
-    /// # Safety
-    /// `staged.host` must be writable for `staged.len` bytes when `copy_back`.
-    pub unsafe fn unstage_on_stream(
-        &self,
-        staged: StagedCopy,
-        stream: usize,
-        copy_back: bool,
-    ) -> Result<()> {
-        let stream = stream as sys::CUstream;
-        let copied = if copy_back && staged.len > 0 {
-            // SAFETY: guaranteed by the caller; `staged.device` holds `staged.len` bytes.
-            self.check(
-                unsafe {
-                    (self.api.memcpy_dtoh_async)(
-                        staged.host as *mut std::ffi::c_void,
-                        staged.device,
-                        staged.len,
-                        stream,
-                    )
-                },
-                "copying a host argument back from the device",
-            )
-        } else {
-            Ok(())
-        };
-        // SAFETY: allocated by `stage_on_stream` on this stream, freed once.
-        let freed = self.check(
-            unsafe { (self.api.mem_free_async)(staged.device, stream) },
-            "freeing a host argument's device copy (cuMemFreeAsync)",
-        );
-        copied.and(freed)
     }
 }
 

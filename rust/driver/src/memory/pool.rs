@@ -79,6 +79,14 @@ impl Driver {
                 self.order_after(stream, other, fence)?;
             }
         }
+        self.free_async(pointer, stream)
+    }
+
+    /// Frees `pointer` (from [`Driver::alloc_async`]) in `stream`'s order.
+    pub fn free_async(&self, pointer: CUdeviceptr, stream: usize) -> Result<()> {
+        if pointer == 0 {
+            return Ok(());
+        }
         self.check(
             // SAFETY: a pool allocation, freed once; the stream handle is the caller's.
             unsafe { (self.api.mem_free_async)(pointer, stream as sys::CUstream) },

@@ -29,12 +29,12 @@ pub(crate) use pool::{
 pub(crate) use transfers::{copy_device, copy_to_device, copy_to_host, memset};
 
 /// What the memory API keeps for one context.
-struct ContextMemory {
+pub(crate) struct ContextMemory {
     /// `LaunchContext::key`: the context's unique id.
     key: u64,
-    ring: StagingRing,
+    pub(crate) ring: StagingRing,
     /// Recorded on a stream a free must follow (`Driver::free_after`).
-    fence: Event,
+    pub(crate) fence: Event,
 }
 
 static CONTEXTS: Mutex<Vec<ContextMemory>> = Mutex::new(Vec::new());
@@ -47,11 +47,11 @@ fn current() -> Result<(&'static driver::Driver, LaunchContext)> {
 }
 
 /// Runs `work` with the memory state of `context` (made on first use).
-fn with_context_memory<T>(
+pub(crate) fn with_context_memory<T>(
     driver: &'static driver::Driver,
     context: &LaunchContext,
-    work: impl FnOnce(&mut ContextMemory) -> Result<T>,
-) -> Result<T> {
+    work: impl FnOnce(&mut ContextMemory) -> driver::Result<T>,
+) -> driver::Result<T> {
     let mut contexts = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
     let key = context.key();
     let index = match contexts.iter().position(|c| c.key == key) {

@@ -38,9 +38,9 @@ pub(crate) fn mem_free(
         None => SmallVec::new(),
     };
     let (driver, context) = current()?;
-    with_context_memory(driver, &context, |memory| {
-        Ok(driver.free_after(pointer, stream, &after, &memory.fence)?)
-    })
+    Ok(with_context_memory(driver, &context, |memory| {
+        driver.free_after(pointer, stream, &after, &memory.fence)
+    })?)
 }
 
 fn pool(

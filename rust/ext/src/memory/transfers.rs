@@ -29,7 +29,7 @@ pub(crate) fn copy_to_device(
             // this; the caller gives a device range of at least `len` bytes.
             let host = unsafe { std::slice::from_raw_parts(address as *const u8, len) };
             // SAFETY: as above.
-            Ok(unsafe { memory.ring.copy_to_device(pointer, host, stream) }?)
+            unsafe { memory.ring.copy_to_device(pointer, host, stream) }
         })
     };
     let copied = if StagingRing::stages(len) {
@@ -38,7 +38,7 @@ pub(crate) fn copy_to_device(
         py.detach(copy)
     };
     drop(buffer);
-    copied
+    Ok(copied?)
 }
 
 /// Copies `len(host)` bytes from `pointer` into `host` (a writable contiguous buffer) after
@@ -61,11 +61,11 @@ pub(crate) fn copy_to_host(
             // other threads, as with any NumPy array handed to C.
             let host = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) };
             // SAFETY: the caller gives a device range of at least `len` bytes.
-            Ok(unsafe { memory.ring.copy_to_host(host, pointer, stream) }?)
+            unsafe { memory.ring.copy_to_host(host, pointer, stream) }
         })
     });
     drop(buffer);
-    copied
+    Ok(copied?)
 }
 
 fn byte_count(nbytes: i64) -> Result<usize> {
