@@ -54,6 +54,7 @@ __all__ = [
     "loaded_image_count",
     "pack",
     "pointer_device",
+    "context_key",
     "mem_alloc",
     "mem_free",
     "copy_to_device",
@@ -324,14 +325,23 @@ def mem_alloc(nbytes: int, stream: int = 0) -> int:
     """``nbytes`` from the current device's stream-ordered pool, ordered on ``stream`` (0: the
     legacy default stream); a null pointer for 0 bytes."""
 
-def mem_free(pointer: int, stream: int = 0, after: tuple[int, ...] | None = None) -> None:
-    """Frees ``pointer`` on ``stream``, after all work already enqueued there and on each
-    stream of ``after``."""
+def context_key() -> int:
+    """The current context's unique id (device 0's primary context made current if none is)."""
 
-def copy_to_device(pointer: int, host: Any, stream: int = 0) -> None:
+def mem_free(
+    pointer: int,
+    stream: int = 0,
+    after: tuple[int, ...] | None = None,
+    context: int | None = None,
+) -> None:
+    """Frees ``pointer`` on ``stream``, after all work already enqueued there and on each
+    stream of ``after``, in the context whose key is ``context`` (nothing, when it was
+    destroyed since)."""
+
+def copy_to_device(pointer: int, host: Any, stream: int = 0, nbytes: int | None = None) -> None:
     """Copies a contiguous host buffer to ``pointer``; returns once the host bytes are taken."""
 
-def copy_to_host(host: Any, pointer: int, stream: int = 0) -> None:
+def copy_to_host(host: Any, pointer: int, stream: int = 0, nbytes: int | None = None) -> None:
     """Copies into a writable contiguous host buffer after the work on ``stream``; returns
     when the bytes are there."""
 

@@ -7,7 +7,7 @@
 //! Every call works in the thread's current context (device 0's primary context when none
 //! is current, as launches do). What a context needs for it, its staging ring and the event
 //! that orders frees after other streams, is made on first use and kept per context
-//! ([`with_context_memory`]); the lock around it is held for a copy's enqueueing (and, for a
+//! ([`with_context_memory`]), by the context's unique id; the lock around it is held for a copy's enqueueing (and, for a
 //! staged copy back, until its bytes are in), never while Python code runs.
 
 mod buffer;
@@ -17,14 +17,15 @@ mod transfers;
 
 use std::sync::Mutex;
 
-use fastlaunch_driver::{self as driver, Event, LaunchContext, StagingRing};
+use fastlaunch_driver::{self as driver, Context, Event, LaunchContext, StagingRing};
 
 use crate::devices::driver;
 use crate::errors::Result;
 
 pub(crate) use pinned::{pinned_alloc, pinned_free};
 pub(crate) use pool::{
-    mem_alloc, mem_free, pool_release_threshold, pool_trim, pool_usage, set_pool_release_threshold,
+    context_key, mem_alloc, mem_free, pool_release_threshold, pool_trim, pool_usage,
+    set_pool_release_threshold,
 };
 pub(crate) use transfers::{copy_device, copy_to_device, copy_to_host, memset};
 
@@ -32,12 +33,26 @@ pub(crate) use transfers::{copy_device, copy_to_device, copy_to_host, memset};
 pub(crate) struct ContextMemory {
     /// `LaunchContext::key`: the context's unique id.
     key: u64,
+    /// Its handle, to make it current for a free from another context's thread.
+    context: Context,
     pub(crate) ring: StagingRing,
     /// Recorded on a stream a free must follow (`Driver::free_after`).
     pub(crate) fence: Event,
 }
 
 static CONTEXTS: Mutex<Vec<ContextMemory>> = Mutex::new(Vec::new());
+
+/// The live context whose key is `key`, if this process used it here and it was not
+/// destroyed since (a reset context may come back under the same handle, never the same id).
+fn live_context(driver: &driver::Driver, key: u64) -> Option<Context> {
+    let contexts = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
+    let memory = contexts.iter().find(|c| c.key == key)?;
+    let alive = match driver.context_id(memory.context) {
+        Some(id) => id == key,
+        None => memory.context.address() as u64 == key,
+    };
+    alive.then_some(memory.context)
+}
 
 /// The thread's current context (made current if none is), and its driver.
 fn current() -> Result<(&'static driver::Driver, LaunchContext)> {
@@ -59,6 +74,7 @@ pub(crate) fn with_context_memory<T>(
         None => {
             contexts.push(ContextMemory {
                 key,
+                context: context.context,
                 ring: StagingRing::new(driver),
                 fence: Event::create(driver, false)?,
             });

@@ -5,9 +5,18 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use smallvec::SmallVec;
 
-use super::{current, with_context_memory};
+use fastlaunch_driver::LaunchContext;
+
+use super::{current, live_context, with_context_memory};
 use crate::devices::driver;
 use crate::errors::{Error, Result};
+
+/// The current context's unique id (device 0's primary context made current if none is):
+/// what `mem_free(context=...)` takes.
+#[pyfunction]
+pub(crate) fn context_key() -> Result<u64> {
+    Ok(current()?.1.key())
+}
 
 /// `nbytes` from the current device's pool, ordered on `stream` (0: the legacy default
 /// stream); 0 bytes give a null pointer.
@@ -16,18 +25,23 @@ use crate::errors::{Error, Result};
 pub(crate) fn mem_alloc(nbytes: i64, stream: usize) -> Result<u64> {
     let nbytes = usize::try_from(nbytes)
         .map_err(|_| Error::Value(format!("nbytes must not be negative, got {nbytes}")))?;
-    let (driver, _) = current()?;
+    let (driver, context) = current()?;
+    // the context's memory state, so that a free from another thread can find its handle
+    with_context_memory(driver, &context, |_| Ok(()))?;
     Ok(driver.alloc_async(nbytes, stream)?)
 }
 
 /// Frees `pointer` (from `mem_alloc`) on `stream`, ordered after all work already enqueued
-/// on `stream` and on each stream of `after`.
+/// on `stream` and on each stream of `after`. `context`: the key (`context_key`) of the
+/// context it was allocated in, made current for the free when it is not; when that context
+/// was destroyed since (`cuda.close()`), its memory went with it and nothing is done.
 #[pyfunction]
-#[pyo3(signature = (pointer, stream = 0, after = None))]
+#[pyo3(signature = (pointer, stream = 0, after = None, context = None))]
 pub(crate) fn mem_free(
     pointer: u64,
     stream: usize,
     after: Option<&Bound<'_, PyTuple>>,
+    context: Option<u64>,
 ) -> Result<()> {
     let after: SmallVec<[usize; 4]> = match after {
         Some(streams) => streams
@@ -37,10 +51,24 @@ pub(crate) fn mem_free(
             .map_err(|_| Error::Type("after must be a tuple of stream handles (ints)".into()))?,
         None => SmallVec::new(),
     };
-    let (driver, context) = current()?;
-    Ok(with_context_memory(driver, &context, |memory| {
-        driver.free_after(pointer, stream, &after, &memory.fence)
-    })?)
+    let (driver, current_context) = current()?;
+    let free = |on: &LaunchContext| {
+        with_context_memory(driver, on, |memory| {
+            driver.free_after(pointer, stream, &after, &memory.fence)
+        })
+    };
+    match context {
+        Some(key) if key != current_context.key() => {
+            let Some(owner) = live_context(driver, key) else {
+                return Ok(()); // destroyed with its context
+            };
+            driver.push_context(owner)?;
+            let freed = driver.launch_context().and_then(|on| free(&on));
+            driver.pop_context()?;
+            Ok(freed?)
+        }
+        _ => Ok(free(&current_context)?),
+    }
 }
 
 fn pool(

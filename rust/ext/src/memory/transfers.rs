@@ -10,18 +10,20 @@ use super::buffer::HostBuffer;
 use super::{current, with_context_memory};
 use crate::errors::{Error, Result};
 
-/// Copies `host`'s bytes (a contiguous buffer) to `pointer` on `stream`; returns once the
-/// host bytes are taken, the copy ordered before later work on `stream`.
+/// Copies `host`'s bytes (a contiguous buffer; its first `nbytes`, all when None) to
+/// `pointer` on `stream`; returns once the host bytes are taken, the copy ordered before
+/// later work on `stream`.
 #[pyfunction]
-#[pyo3(signature = (pointer, host, stream = 0))]
+#[pyo3(signature = (pointer, host, stream = 0, nbytes = None))]
 pub(crate) fn copy_to_device(
     py: Python<'_>,
     pointer: u64,
     host: &Bound<'_, PyAny>,
     stream: usize,
+    nbytes: Option<i64>,
 ) -> Result<()> {
     let buffer = HostBuffer::take(host, false, "host")?;
-    let (address, len) = (buffer.address(), buffer.len());
+    let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
     let copy = move || {
         with_context_memory(driver, &context, |memory| {
@@ -41,18 +43,19 @@ pub(crate) fn copy_to_device(
     Ok(copied?)
 }
 
-/// Copies `len(host)` bytes from `pointer` into `host` (a writable contiguous buffer) after
-/// the work enqueued on `stream`; returns when they are there.
+/// Copies `nbytes` (all of `host` when None) from `pointer` into `host` (a writable
+/// contiguous buffer) after the work enqueued on `stream`; returns when they are there.
 #[pyfunction]
-#[pyo3(signature = (host, pointer, stream = 0))]
+#[pyo3(signature = (host, pointer, stream = 0, nbytes = None))]
 pub(crate) fn copy_to_host(
     py: Python<'_>,
     host: &Bound<'_, PyAny>,
     pointer: u64,
     stream: usize,
+    nbytes: Option<i64>,
 ) -> Result<()> {
     let buffer = HostBuffer::take(host, true, "host")?;
-    let (address, len) = (buffer.address(), buffer.len());
+    let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
     let copied = py.detach(move || {
         with_context_memory(driver, &context, |memory| {
@@ -66,6 +69,21 @@ pub(crate) fn copy_to_host(
     });
     drop(buffer);
     Ok(copied?)
+}
+
+/// The bytes a copy moves: `nbytes`, which must fit the buffer, or the whole buffer.
+fn copied_len(buffer: &HostBuffer, nbytes: Option<i64>) -> Result<usize> {
+    let Some(nbytes) = nbytes else {
+        return Ok(buffer.len());
+    };
+    let nbytes = byte_count(nbytes)?;
+    if nbytes > buffer.len() {
+        return Err(Error::Value(format!(
+            "nbytes ({nbytes}) is more than host holds ({} bytes)",
+            buffer.len()
+        )));
+    }
+    Ok(nbytes)
 }
 
 fn byte_count(nbytes: i64) -> Result<usize> {
