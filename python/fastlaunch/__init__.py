@@ -20,6 +20,14 @@ from fastlaunch.errors import (
 )
 from fastlaunch.graphed import GraphCaptureWarning, GraphedCheckError, GraphedStep, graphed
 from fastlaunch.graphs import Graph, GraphLaunch, graph
+from fastlaunch.memory import (
+    device_array,
+    device_array_like,
+    pinned_array,
+    pinned_array_like,
+    set_pool_release_threshold,
+    to_device,
+)
 from fastlaunch.streams import (
     Event,
     Stream,
@@ -92,6 +100,12 @@ __all__ = [
     "jit",
     "select_device",
     "synchronize",
+    "device_array",
+    "device_array_like",
+    "pinned_array",
+    "pinned_array_like",
+    "set_pool_release_threshold",
+    "to_device",
     "TorchOp",
     "torch_op",
 ]

@@ -43,6 +43,9 @@ _log = logging.getLogger("fastlaunch")
 ENV_INSTALL = "FASTLAUNCH_INSTALL"
 #: set to 1 for a summary of the kernels ``numba.cuda.jit`` made, printed at exit
 ENV_REPORT = "FASTLAUNCH_REPORT"
+#: set to 0 to leave numba-cuda's memory API (to_device, device_array, ...) numba-cuda's own
+#: while installed (``fastlaunch.memory``; on by default)
+ENV_MEMORY = "FASTLAUNCH_MEMORY_API"
 
 _OFF = ("", "0", "false", "no", "off")
 
@@ -57,6 +60,12 @@ _report_registered = False
 
 def _env_on(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() not in _OFF
+
+
+def _env_off(name: str) -> bool:
+    """Whether ``name`` is set, to an off value (unset: not off)."""
+    value = os.environ.get(name)
+    return value is not None and value.strip().lower() in _OFF
 
 
 def is_installed() -> bool:
@@ -98,6 +107,7 @@ def install() -> Installation:
     import numba.cuda as cuda
 
     from fastlaunch import _numpy_compat, dispatcher
+    from fastlaunch.memory import install as memory_install
 
     _numpy_compat.apply()
     with _lock:
@@ -116,6 +126,8 @@ def install() -> Installation:
         _original = original
         _installed_jit = _make_installed_jit(original)
         cuda.jit = _installed_jit
+        if not _env_off(ENV_MEMORY):
+            memory_install.install()
         _log.debug("installed: numba.cuda.jit makes fastlaunch kernels")
         if _env_on(ENV_REPORT):
             _register_report()
@@ -130,6 +142,8 @@ def uninstall() -> None:
         cuda = sys.modules.get("numba.cuda")
         if _installed_jit is None:
             return
+        from fastlaunch.memory import install as memory_install
+
         if cuda is not None:
             if cuda.jit is _installed_jit:
                 cuda.jit = _original
@@ -138,6 +152,7 @@ def uninstall() -> None:
                     "fastlaunch.uninstall(): numba.cuda.jit was replaced after install(); "
                     "left as it is"
                 )
+        memory_install.uninstall()
         _original = _installed_jit = None
         _log.debug("uninstalled: numba.cuda.jit is numba-cuda's again")
 

@@ -306,3 +306,65 @@ def device_array_class_if_imported() -> type | None:
     argument can be one)."""
     devicearray = sys.modules.get("numba.cuda.cudadrv.devicearray")
     return None if devicearray is None else devicearray.DeviceNDArray
+
+
+# -- the memory API (fastlaunch.memory) ----------------------------------------------------
+
+
+def cudadrv_driver() -> Any:
+    """``numba.cuda.cudadrv.driver``: its memory pointers, errors, memory managers, and the
+    module-level transfer functions (``host_to_device`` ...) that ``fastlaunch.memory``
+    replaces while installed."""
+    from numba.cuda.cudadrv import driver
+
+    return driver
+
+
+def devicearray() -> Any:
+    """``numba.cuda.cudadrv.devicearray`` (``DeviceNDArray`` and its checks)."""
+    from numba.cuda.cudadrv import devicearray
+
+    return devicearray
+
+
+def api() -> Any:
+    """``numba.cuda.api``, where ``numba.cuda``'s memory functions are defined."""
+    from numba.cuda import api
+
+    return api
+
+
+def numba_context() -> Any:
+    """numba-cuda's ``Context`` object for the current context (made if needed): slow (a few
+    µs), so ``fastlaunch.memory`` asks once per context."""
+    from numba.cuda.cudadrv import devices
+
+    return devices.get_context()
+
+
+def prepare_shape_strides_dtype(shape: Any, strides: Any, dtype: Any, order: str) -> Any:
+    """numba-cuda's normalisation of ``device_array``'s arguments (its errors included)."""
+    from numba.cuda.api_util import prepare_shape_strides_dtype as prepare
+
+    return prepare(shape, strides, dtype, order)
+
+
+def uses_numbas_memory_manager(context: Any) -> bool:
+    """Whether ``context`` allocates with numba-cuda's own memory manager, not an External
+    Memory Management plugin (RMM's ``RMMNumbaManager``, ``cuda.set_memory_manager``)."""
+    return type(context.memory_manager) is cudadrv_driver().NumbaCUDAMemoryManager
+
+
+def device_pointer(address: int) -> Any:
+    """The pointer object numba-cuda's ``MemoryPointer`` holds (a ``CUdeviceptr``)."""
+    return cudadrv_driver().binding.CUdeviceptr(address)
+
+
+def out_of_memory_code() -> int:
+    return int(cudadrv_driver().binding.CUresult.CUDA_ERROR_OUT_OF_MEMORY)
+
+
+def cuda_api_error(code: int, message: str) -> Exception:
+    """numba-cuda's ``CudaAPIError``, as its driver raises it for a failed call."""
+    driver = cudadrv_driver()
+    return driver.CudaAPIError(driver.binding.CUresult(code), message)

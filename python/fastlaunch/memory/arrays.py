@@ -1,0 +1,72 @@
+"""numba-cuda's array constructors on the Rust core: ``device_array`` and
+``device_array_like`` (memory from the stream-ordered pool), ``pinned_array`` and
+``pinned_array_like`` (page-locked host memory, freed through the context's deallocation
+queue as numba-cuda frees its own)."""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import Any
+
+from fastlaunch import _core
+from fastlaunch import _numba_compat as numba_cuda
+from fastlaunch.memory.allocation import allocate, context
+from fastlaunch.memory.transfers import stream_handle
+
+
+def device_array(
+    shape: Any, dtype: Any = "float64", strides: Any = None, order: str = "C", stream: Any = 0
+) -> Any:
+    """numba-cuda's ``cuda.device_array``: an uninitialised ``DeviceNDArray``."""
+    shape, strides, dtype = numba_cuda.prepare_shape_strides_dtype(shape, strides, dtype, order)
+    nbytes = _extent(shape, strides, dtype.itemsize)
+    gpu_data = allocate(nbytes, stream_handle(stream)) if nbytes else None
+    device_array_class = numba_cuda.devicearray().DeviceNDArray
+    return device_array_class(shape, strides, dtype, stream=stream, gpu_data=gpu_data)
+
+
+def device_array_like(ary: Any, stream: Any = 0) -> Any:
+    """numba-cuda's ``cuda.device_array_like``."""
+    api = numba_cuda.api()
+    return device_array(
+        shape=ary.shape,
+        dtype=ary.dtype,
+        strides=api._contiguous_strides_like_array(ary),
+        order=api._order_like_array(ary),
+        stream=stream,
+    )
+
+
+def pinned_array(shape: Any, dtype: Any = "float64", strides: Any = None, order: str = "C") -> Any:
+    """numba-cuda's ``cuda.pinned_array``: a NumPy array over page-locked memory."""
+    shape, strides, dtype = numba_cuda.prepare_shape_strides_dtype(shape, strides, dtype, order)
+    nbytes = _extent(shape, strides, dtype.itemsize)
+    if nbytes == 0:
+        return numba_cuda.api().pinned_array(shape, dtype, strides, order)
+    _, ctx = context()
+    address = _core.pinned_alloc(nbytes)
+    buffer = (ctypes.c_byte * nbytes).from_address(address)
+    deallocations = ctx.deallocations
+    weakref.finalize(buffer, deallocations.add_item, _core.pinned_free, address, nbytes)
+    import numpy as np
+
+    return np.ndarray(shape=shape, strides=strides, dtype=dtype, order=order, buffer=buffer)
+
+
+def pinned_array_like(ary: Any) -> Any:
+    """numba-cuda's ``cuda.pinned_array_like``."""
+    api = numba_cuda.api()
+    return pinned_array(
+        shape=ary.shape,
+        dtype=ary.dtype,
+        strides=api._contiguous_strides_like_array(ary),
+        order=api._order_like_array(ary),
+    )
+
+
+def _extent(shape: tuple, strides: tuple, itemsize: int) -> int:
+    """The bytes an array of this layout spans (0 when it is empty), as numba-cuda counts."""
+    if 0 in shape:
+        return 0
+    return int(numba_cuda.cudadrv_driver().memory_size_from_info(shape, strides, itemsize))

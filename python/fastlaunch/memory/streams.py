@@ -1,0 +1,38 @@
+"""numba-cuda's streams, events and ``synchronize`` on the Rust core. ``stream()`` hands out
+numba-cuda ``Stream`` objects over streams kept in a pool per context (as torch pools its
+streams): a stream goes back to the pool when its ``Stream`` object is collected, so creating
+one costs no ``cuStreamCreate`` after the first. Pooled streams are blocking streams, like
+numba-cuda's own; work still queued on a stream returned to the pool runs before the next
+user's, in stream order."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from fastlaunch import _core
+from fastlaunch.memory.allocation import context
+
+#: idle streams (``_core.Stream``, owning their handle) per context key
+_idle: dict[int, list[Any]] = {}
+
+
+def stream() -> Any:
+    """numba-cuda's ``cuda.stream()``: a ``Stream`` of numba-cuda's over a pooled stream."""
+    key, ctx = context()
+    idle = _idle.setdefault(key, [])
+    owned = idle.pop() if idle else _core.Stream.create(False)
+    made = ctx.create_external_stream(owned.handle)
+    made.external = False  # fastlaunch's, as numba-cuda's own streams are numba-cuda's
+    weakref.finalize(made, idle.append, owned)
+    return made
+
+
+def synchronize() -> None:
+    """numba-cuda's ``cuda.synchronize()``: waits for the current context (without the GIL)."""
+    _core.synchronize()
+
+
+def event(timing: bool = True) -> Any:
+    """numba-cuda's ``cuda.event()``, made by numba-cuda's ``Context`` without looking it up."""
+    return context()[1].create_event(timing=timing)

@@ -1,0 +1,174 @@
+"""Transfers between host NumPy arrays and numba-cuda device arrays on the Rust core:
+``to_device``, ``DeviceNDArray.copy_to_host`` and ``copy_to_device``, and the three
+module-level copy functions of numba-cuda's driver (``host_to_device``, ``device_to_host``,
+``device_to_device``) that numba-cuda's other paths copy through (``__setitem__``,
+``auto_device``).
+
+``copy_to_device`` keeps numba-cuda's checks without its context lookup. A copy to the
+device returns once the host bytes are taken (staged into pinned memory, or,
+above a staging slot, taken by the driver); it runs in the stream's order (the legacy default
+stream for ``stream=0``), before any later work on that stream, on any blocking stream, and
+before any copy back. A copy to the host returns when the bytes are there. What these cannot
+take (objects that are not contiguous NumPy arrays, negative strides) goes to numba-cuda's own
+code, so its checks and errors stay its own."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from fastlaunch import _core
+from fastlaunch import _numba_compat as numba_cuda
+from fastlaunch.memory.allocation import allocate
+
+#: dtype kinds whose arrays export their bytes through the buffer protocol
+_BUFFER_KINDS = frozenset("biufc")
+#: datetimes export no buffer: their bytes are copied as int64
+_DATETIME_KINDS = frozenset("Mm")
+
+
+def host_bytes(array: Any) -> Any:
+    """A contiguous NumPy array whose buffer export gives its bytes, or None."""
+    np = sys.modules.get("numpy")  # no NumPy imported: no NumPy array given
+    if np is None or not isinstance(array, np.ndarray):
+        return None
+    flags = array.flags
+    if not (flags.c_contiguous or flags.f_contiguous):
+        return None
+    kind = array.dtype.kind
+    if kind in _BUFFER_KINDS:
+        return array
+    if kind in _DATETIME_KINDS:
+        return array.view(np.int64)
+    return None
+
+
+def stream_handle(stream: Any) -> int:
+    return 0 if not stream else _core.stream_handle(stream)
+
+
+def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> Any:
+    """numba-cuda's ``cuda.to_device``: a ``DeviceNDArray`` from the stream-ordered pool,
+    filled through the staged copy; returns once the host bytes are taken."""
+    if to is not None:
+        if copy:
+            to.copy_to_device(obj, stream=stream)
+        return to
+    source = host_bytes(obj)
+    if source is None:  # scalars, records, lists, non-contiguous: numba-cuda's own path
+        return _original_to_device()(obj, stream=stream, copy=copy)
+    handle = stream_handle(stream)
+    nbytes = obj.nbytes
+    device_array_class = numba_cuda.devicearray().DeviceNDArray
+    gpu_data = allocate(nbytes, handle) if nbytes else None
+    array = device_array_class(obj.shape, obj.strides, obj.dtype, stream=stream, gpu_data=gpu_data)
+    if copy and nbytes:
+        _core.copy_to_device(_address(array), source, handle, nbytes)
+    return array
+
+
+def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
+    """numba-cuda's ``DeviceNDArray.copy_to_host``, its copy made on the Rust core."""
+    if ary is not None and host_bytes(ary) is None or any(s < 0 for s in self.strides):
+        return _original_copy_to_host()(self, ary, stream)
+    import numpy as np
+
+    stream = self.stream if not stream else stream
+    nbytes = self.alloc_size
+    if ary is None:
+        host = np.empty(shape=nbytes, dtype=np.byte)
+    else:
+        numba_cuda.devicearray().check_array_compatibility(self, ary)
+        host = ary
+    if nbytes:
+        target = host_bytes(host)
+        _core.copy_to_host(target, _address(self), stream_handle(stream), nbytes)
+    if ary is not None:
+        return host
+    if self.size == 0:
+        return np.ndarray(shape=self.shape, dtype=self.dtype, buffer=host)
+    return np.ndarray(shape=self.shape, dtype=self.dtype, strides=self.strides, buffer=host)
+
+
+def copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
+    """numba-cuda's ``DeviceNDArray.copy_to_device`` (its checks, in its order), without its
+    context lookup, its copy made on the Rust core."""
+    if ary.size == 0:
+        return
+    devicearray = numba_cuda.devicearray()
+    self_core, ary_core = _array_core(self), _array_core(ary)
+    if not (self_core.is_c_contiguous() or self_core.is_f_contiguous()):
+        devicearray.sentry_contiguous(self)  # raises numba-cuda's error
+    stream = self.stream if not stream else stream
+    if numba_cuda.cudadrv_driver().is_device_memory(ary):
+        devicearray.sentry_contiguous(ary)
+        devicearray.check_array_compatibility(self_core, ary_core)
+        device_to_device(self, ary, self.alloc_size, stream=stream)
+        return
+    import numpy as np
+
+    # the same contiguity as the device array (a host copy only where one is needed)
+    order = "C" if self_core.flags["C_CONTIGUOUS"] else "F"
+    ary_core = np.array(ary_core, order=order, subok=True, copy=None)
+    devicearray.check_array_compatibility(self_core, ary_core)
+    host_to_device(self, ary_core, self.alloc_size, stream=stream)
+
+
+def _array_core(array: Any) -> Any:
+    """numba-cuda's ``array_core`` (the repeated core of a broadcast array), without making a
+    full view of an array that has no zero stride (which is its own core)."""
+    if 0 not in array.strides:
+        return array
+    return numba_cuda.devicearray().array_core(array)
+
+
+def host_to_device(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
+    """numba-cuda's ``driver.host_to_device``, staged."""
+    source = host_bytes(src)
+    if source is None or source.nbytes < size:
+        return _original("host_to_device")(dst, src, size, stream=stream)
+    _core.copy_to_device(_device_address(dst), source, stream_handle(stream), size)
+    return None
+
+
+def device_to_host(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
+    """numba-cuda's ``driver.device_to_host``, staged."""
+    target = host_bytes(dst)
+    if target is None or target.nbytes < size or not target.flags.writeable:
+        return _original("device_to_host")(dst, src, size, stream=stream)
+    _core.copy_to_host(target, _device_address(src), stream_handle(stream), size)
+    return None
+
+
+def device_to_device(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
+    """numba-cuda's ``driver.device_to_device``, in stream order."""
+    _core.copy_device(_device_address(dst), _device_address(src), size, stream_handle(stream))
+
+
+def _address(array: Any) -> int:
+    return array.device_ctypes_pointer.value or 0
+
+
+def _device_address(obj: Any) -> int:
+    return int(numba_cuda.cudadrv_driver().device_pointer(obj) or 0)
+
+
+# numba-cuda's own functions, as they were before fastlaunch replaced any (install.py)
+_originals: dict[str, Any] = {}
+
+
+def _original(name: str) -> Any:
+    found = _originals.get(name)
+    return found if found is not None else getattr(numba_cuda.cudadrv_driver(), name)
+
+
+def _original_to_device() -> Any:
+    found = _originals.get("to_device")
+    return found if found is not None else numba_cuda.api().to_device
+
+
+def _original_copy_to_host() -> Any:
+    found = _originals.get("copy_to_host")
+    if found is not None:
+        return found
+    return numba_cuda.devicearray().DeviceNDArray.copy_to_host

@@ -1,0 +1,183 @@
+"""numba-cuda's memory API on the Rust core (`fastlaunch.memory`), on the stand-in driver, whose
+memory is real host memory. numba-cuda cannot make its own context without a GPU, so these
+give fastlaunch a stand-in `Context` with numba-cuda's own memory manager: the objects made
+are numba-cuda's (`DeviceNDArray`, `OwnedPointer`), their bytes round-trip, their frees go
+through numba-cuda's deallocation queue, and `install()` puts the functions in place and
+`uninstall()` takes them away."""
+
+from __future__ import annotations
+
+PRELUDE = """
+import ctypes, gc, logging, os
+import numpy as np
+from numba.cuda.cudadrv import driver as numba_driver
+from numba.cuda.cudadrv.devicearray import DeviceNDArray
+import fastlaunch as fl
+from fastlaunch import _core
+from fastlaunch.memory import allocation, transfers
+
+numba_driver._logger = logging.getLogger("numba.cuda.cudadrv.driver")  # set by its init
+
+class StandInContext:
+    # numba-cuda's Context, as far as fastlaunch.memory uses it
+    def __init__(self):
+        self.memory_manager = numba_driver.NumbaCUDAMemoryManager(context=self)
+        self.deallocations = self.memory_manager.deallocations
+
+context = StandInContext()
+allocation._contexts[_core.context_key()] = context
+fake = ctypes.CDLL(os.environ["FASTLAUNCH_CUDA_DRIVER"])
+"""
+
+
+def test_arrays_round_trip_as_numba_device_arrays(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+cases = [
+    np.arange(12.0).reshape(3, 4),
+    np.asfortranarray(np.arange(12, dtype=np.int16).reshape(3, 4)),
+    np.array(2.5),
+    np.arange(6).astype("datetime64[s]"),
+    np.arange(300_000, dtype=np.float64),  # over a staging slot
+]
+for host in cases:
+    device = fl.to_device(host)
+    back = transfers.copy_to_host(device)
+    same = (
+        type(device) is DeviceNDArray
+        and (device.shape, device.strides, device.dtype) == (host.shape, host.strides, host.dtype)
+        and np.array_equal(back, host)
+        and (back.shape, back.strides, back.dtype) == (host.shape, host.strides, host.dtype)
+    )
+    print(same)
+"""
+    )
+    assert lines == ["True"] * 5  # (zero-size arrays ask numba-cuda for a context: GPU tests)
+
+
+def test_what_fastlaunch_does_not_copy_goes_to_numba_cuda(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+def numba_to_device(obj, stream=0, copy=True):
+    return "numba"
+transfers._originals["to_device"] = numba_to_device
+for value in (np.arange(8.0)[::2], np.zeros(3, dtype=[("a", "f4")]), [1, 2], np.float64(3)):
+    print(fl.to_device(value))
+"""
+    )
+    assert lines == ["numba"] * 4
+
+
+def test_frees_go_through_numba_cudas_deallocation_queue(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+base = fake.fake_outstanding_allocations()
+with context.memory_manager.defer_cleanup():
+    for _ in range(30):
+        fl.to_device(np.ones(1000))
+    gc.collect()
+    print(fake.fake_outstanding_allocations() - base >= 30, len(context.deallocations) >= 30)
+context.deallocations.clear()
+print(fake.fake_outstanding_allocations() - base <= 4)  # what stays: the staging ring
+for _ in range(100_000 // 100):  # many rounds, then drop: nothing accumulates
+    for _ in range(100):
+        fl.to_device(np.ones(16))
+    context.deallocations.clear()
+print(fake.fake_outstanding_allocations() - base <= 4)
+"""
+    )
+    assert lines == ["True True", "True", "True"]
+
+
+def test_device_arrays_and_pinned_arrays(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+d = fl.device_array((4, 5), np.int32, order="F")
+print(type(d) is DeviceNDArray, d.shape, d.strides, d.dtype)
+like = fl.device_array_like(np.zeros((2, 3), np.float32)[:, ::2])
+print(like.shape, like.strides)
+before = fake.fake_outstanding_allocations()
+p = fl.pinned_array((3, 3), np.float64)
+p[:] = 7
+print(type(p) is np.ndarray, p.sum(), fake.fake_outstanding_allocations() - before)
+del p
+gc.collect()
+context.deallocations.clear()
+print(fake.fake_outstanding_allocations() - before)
+print(fl.pinned_array_like(np.zeros((2, 2), np.int8, order="F")).strides)
+"""
+    )
+    assert lines == [
+        "True (4, 5) (4, 16) int32",
+        "(2, 2) (8, 4)",
+        "True 63.0 1",
+        "0",
+        "(1, 2)",
+    ]
+
+
+def test_install_puts_the_functions_in_place_and_uninstall_takes_them_away(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from numba import cuda
+import numba.cuda.api as api
+originals = (cuda.to_device, api.device_array, numba_driver.host_to_device)
+fl.install()
+print(cuda.to_device is fl.to_device, api.device_array is fl.device_array,
+      numba_driver.host_to_device is transfers.host_to_device,
+      DeviceNDArray.copy_to_host is transfers.copy_to_host)
+d = cuda.to_device(np.arange(5.0))
+print(d.copy_to_host().tolist())
+d.copy_to_device(np.arange(5.0) * 2)  # numba-cuda's method, through the staged copy
+print(d.copy_to_host().tolist())
+fl.uninstall()
+print((cuda.to_device, api.device_array, numba_driver.host_to_device) == originals,
+      "copy_to_host" in vars(DeviceNDArray))
+"""
+    )
+    assert lines == [
+        "True True True True",
+        "[0.0, 1.0, 2.0, 3.0, 4.0]",
+        "[0.0, 2.0, 4.0, 6.0, 8.0]",
+        "True False",
+    ]
+
+
+def test_copy_to_host_checks_the_given_array_as_numba_cuda_does(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+d = fl.to_device(np.arange(6.0))
+for out in (np.zeros(5), np.zeros(6, np.float32)):
+    try:
+        transfers.copy_to_host(d, out)
+    except (TypeError, ValueError) as error:
+        print(type(error).__name__)
+"""
+    )
+    assert lines == ["ValueError", "TypeError"]
+
+
+def test_the_pool_keeps_its_memory_unless_told_otherwise(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+allocation._contexts.clear()  # the next allocation sets the device's pool threshold
+import fastlaunch._numba_compat as compat
+compat.numba_context = lambda: context
+fl.device_array(4)
+print(_core.pool_release_threshold(0) == 2**64 - 1)
+os.environ["FASTLAUNCH_POOL_RELEASE_THRESHOLD"] = "oops"
+allocation._contexts.clear()
+try:
+    fl.device_array(4)
+except ValueError as e:
+    print("ValueError", "FASTLAUNCH_POOL_RELEASE_THRESHOLD" in str(e))
+"""
+    )
+    assert lines == ["True", "ValueError True"]
