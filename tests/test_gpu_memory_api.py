@@ -1,0 +1,265 @@
+"""numba-cuda's memory API on the Rust core (`fastlaunch.memory`), side by side with numba-cuda
+on the GPU: the same objects (numba-cuda's), the same contents, dtypes, shapes and strides;
+frees ordered after the streams that used the memory; bounded memory; threads; install."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from numba import cuda
+from numba.cuda.cudadrv.devicearray import DeviceNDArray
+from numba.cuda.cudadrv.driver import CudaAPIError
+from numba.cuda.decorators import jit as numba_jit
+
+import fastlaunch as fl
+from fastlaunch import _core
+from fastlaunch import memory as flm
+from fastlaunch.memory import transfers
+
+pytestmark = pytest.mark.gpu
+
+RECORD = np.dtype([("a", np.float32), ("b", np.int16)])
+
+HOST_ARRAYS = {
+    "C": lambda: np.arange(12.0).reshape(3, 4),
+    "F": lambda: np.asfortranarray(np.arange(12, dtype=np.int32).reshape(3, 4)),
+    "0-d": lambda: np.array(2.5),
+    "empty": lambda: np.zeros((0, 3), np.float32),
+    "bool": lambda: np.array([True, False, True]),
+    "complex": lambda: np.arange(5) * (1 + 2j),
+    "datetime": lambda: np.arange(6).astype("datetime64[s]"),
+    "record": lambda: np.zeros(3, RECORD),
+    "non-contiguous": lambda: np.arange(10.0)[::2],
+}
+
+
+def described(array):
+    return array.shape, array.strides, array.dtype
+
+
+@pytest.mark.parametrize("make", HOST_ARRAYS.values(), ids=HOST_ARRAYS.keys())
+def test_to_device_and_back_as_numba_cuda(make):
+    host = make()
+    try:
+        plain = cuda.to_device(host)
+    except Exception as numba_error:  # what numba-cuda refuses, fastlaunch refuses alike
+        with pytest.raises(type(numba_error)):
+            fl.to_device(host)
+        return
+    fast = fl.to_device(host)
+    assert type(fast) is DeviceNDArray
+    assert described(fast) == described(plain)
+    back_plain, back_fast = plain.copy_to_host(), transfers.copy_to_host(fast)
+    assert described(back_fast) == described(back_plain)
+    assert np.array_equal(back_fast, back_plain)
+    cai_plain, cai_fast = plain.__cuda_array_interface__, fast.__cuda_array_interface__
+    assert {**cai_plain, "data": None} == {**cai_fast, "data": None}
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_device_array_and_like_as_numba_cuda(order):
+    host = np.zeros((3, 5), np.float32, order=order)
+    for plain, fast in [
+        (
+            cuda.device_array((3, 5), np.int16, order=order),
+            fl.device_array((3, 5), np.int16, order=order),
+        ),
+        (cuda.device_array_like(host), fl.device_array_like(host)),
+        (cuda.device_array_like(host[:, ::2]), fl.device_array_like(host[:, ::2])),
+        (cuda.device_array(0), fl.device_array(0)),
+    ]:
+        assert type(fast) is DeviceNDArray
+        assert described(fast) == described(plain)
+
+
+def test_pinned_arrays_as_numba_cuda():
+    plain, fast = cuda.pinned_array((4, 3), np.int64), fl.pinned_array((4, 3), np.int64)
+    assert type(fast) is np.ndarray and described(fast) == described(plain)
+    fast[:] = 3
+    assert np.array_equal(fl.to_device(fast).copy_to_host(), fast)
+    like = fl.pinned_array_like(np.zeros((2, 2), order="F"))
+    assert described(like) == described(cuda.pinned_array_like(np.zeros((2, 2), order="F")))
+
+
+@pytest.mark.parametrize("wrong", [np.zeros(5), np.zeros(6, np.float32)], ids=["shape", "dtype"])
+def test_copy_to_host_into_a_wrong_array_raises_what_numba_cuda_raises(wrong):
+    plain, fast = cuda.to_device(np.arange(6.0)), fl.to_device(np.arange(6.0))
+    with pytest.raises(Exception) as numba_raised:
+        plain.copy_to_host(wrong)
+    with pytest.raises(type(numba_raised.value)):
+        transfers.copy_to_host(fast, wrong)
+
+
+STREAMS = {
+    "legacy": lambda: 0,
+    "per-thread": lambda: cuda.per_thread_default_stream(),
+    "numba": lambda: cuda.stream(),
+    "fastlaunch": lambda: flm.stream(),
+    "external": lambda: cuda.external_stream(_owned_stream().handle),
+}
+
+_owned_streams: list = []
+
+
+def _owned_stream():
+    """A stream fastlaunch owns, kept alive for the test session (an external stream's
+    owner must outlive its use)."""
+    _owned_streams.append(_core.Stream.create(False))
+    return _owned_streams[-1]
+
+
+@pytest.mark.parametrize("make_stream", STREAMS.values(), ids=STREAMS.keys())
+def test_transfers_on_every_kind_of_stream(make_stream):
+    stream = make_stream()
+    host = np.random.default_rng(1).random(40_000)
+    device = fl.to_device(host, stream=stream)
+    other = fl.device_array_like(host, stream=stream)
+    transfers.copy_to_device(other, device, stream=stream)
+    back = transfers.copy_to_host(other, stream=stream)
+    assert np.array_equal(back, host)
+
+
+@numba_jit
+def slow_copy(out, a, spins):
+    i = cuda.grid(1)
+    if i < a.size:
+        t = 0
+        for _ in range(spins):  # keeps the stream busy for a while
+            t += 1
+        out[i] = a[i] + (t - spins)
+
+
+def test_no_use_after_free_across_streams():
+    """A long kernel on stream A reads an array; the array is dropped (its free flushed); new
+    allocations on stream B are written at once: A's result is intact."""
+    a_stream, b_stream = flm.stream(), flm.stream()
+    host = np.arange(1 << 16, dtype=np.float64)
+    source = fl.to_device(host, stream=a_stream)
+    out = fl.device_array_like(host, stream=a_stream)
+    slow_copy[(1 << 16) // 256, 256, a_stream](out, source, 1 << 16)
+    del source
+    cuda.current_context().deallocations.clear()  # the free is enqueued now
+    for _ in range(8):
+        scribble = fl.device_array(1 << 16, np.float64, stream=b_stream)
+        transfers.copy_to_device(scribble, np.full(1 << 16, -1.0), stream=b_stream)
+    a_stream.synchronize()
+    assert np.array_equal(transfers.copy_to_host(out), host)
+
+
+def test_defer_cleanup_holds_frees_back():
+    used_before = _core.pool_usage(_core.current_device() or 0)[0]
+    with cuda.defer_cleanup():
+        arrays = [fl.device_array(1 << 20, np.uint8) for _ in range(20)]
+        del arrays
+        held = _core.pool_usage(_core.current_device() or 0)[0] - used_before
+        assert held >= 20 << 20  # not freed inside defer_cleanup
+    cuda.current_context().deallocations.clear()
+    cuda.synchronize()
+    assert _core.pool_usage(_core.current_device() or 0)[0] - used_before < 20 << 20
+
+
+def test_memory_stays_bounded_over_many_rounds():
+    device = _core.current_device() or 0
+    host = np.ones(4096)
+    fl.to_device(host)
+    before = _core.pool_usage(device)[0]
+    for _ in range(100_000):
+        fl.to_device(host)
+    cuda.synchronize()
+    assert _core.pool_usage(device)[0] - before < 64 << 20  # what this process's pool holds
+
+
+def test_eight_threads_allocating_copying_and_dropping():
+    errors = []
+
+    def work(seed):
+        try:
+            rng = np.random.default_rng(seed)
+            for _ in range(200):
+                host = rng.random(rng.integers(1, 5000))
+                device = fl.to_device(host)
+                assert np.array_equal(transfers.copy_to_host(device), host)
+        except Exception as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_kernels_read_and_write_pool_arrays():
+    @fl.jit
+    def double(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] *= 2
+
+    device = fl.to_device(np.arange(100.0))
+    double[1, 128](device)
+    slow_copy[1, 128](device, device, 0)
+    assert np.array_equal(transfers.copy_to_host(device), np.arange(100.0) * 2)
+
+
+def test_installed_numba_cuda_names_are_fastlaunchs_and_come_back():
+    originals = cuda.to_device, cuda.stream, DeviceNDArray.copy_to_host
+    with fl.install():
+        assert cuda.to_device is fl.to_device
+        d = cuda.to_device(np.arange(8.0))
+        d[2:4] = np.array([7.0, 7.0])  # numba-cuda's __setitem__, through the staged copy
+        s = cuda.stream()
+        assert type(s).__name__ == "Stream" and "CUDA stream" in repr(s)
+        e1, e2 = cuda.event(), cuda.event()
+        e1.record(s)
+        e2.record(s)
+        e2.synchronize()
+        assert e1.elapsed_time(e2) >= 0
+        assert d.copy_to_host(stream=s).tolist() == [0, 1, 7, 7, 4, 5, 6, 7]
+        cuda.synchronize()
+    assert (cuda.to_device, cuda.stream, DeviceNDArray.copy_to_host) == originals
+
+
+def test_out_of_memory_raises_numba_cudas_error_and_leaks_nothing():
+    device = _core.current_device() or 0
+    before = _core.pool_usage(device)[0]
+    with pytest.raises(CudaAPIError):
+        fl.device_array(1 << 50, np.uint8)
+    assert _core.pool_usage(device)[0] == before
+
+
+def test_ipc_handles_of_pool_memory_are_refused_clearly():
+    """Deliberate (docs/memory.md): memory from the stream-ordered pool cannot be exported
+    through cuIpcGetMemHandle, which numba-cuda's IPC handles use."""
+    with pytest.raises(CudaAPIError):  # numba-cuda's own error from the driver
+        fl.to_device(np.arange(4.0)).get_ipc_handle()
+
+
+RESET_WITH_MEMORY_OUTSTANDING = """
+import numpy as np
+from numba import cuda
+import fastlaunch as fl
+kept = [fl.to_device(np.arange(1000.0)) for _ in range(5)]
+cuda.close()  # the pool memory goes with the context
+del kept
+import gc; gc.collect()
+again = fl.to_device(np.arange(10.0))
+assert again.copy_to_host().tolist() == list(range(10))
+print("ok")
+"""
+
+
+def test_closing_the_context_with_pool_memory_outstanding():
+    done = subprocess.run(
+        [sys.executable, "-c", RESET_WITH_MEMORY_OUTSTANDING],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
