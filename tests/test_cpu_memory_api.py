@@ -126,7 +126,8 @@ def test_install_puts_the_functions_in_place_and_uninstall_takes_them_away(run_o
         + """
 from numba import cuda
 import numba.cuda.api as api
-originals = (cuda.to_device, api.device_array, numba_driver.host_to_device)
+originals = (cuda.to_device, api.device_array, numba_driver.host_to_device,
+             DeviceNDArray.__getitem__)
 fl.install()
 print(cuda.to_device is fl.to_device, api.device_array is fl.device_array,
       numba_driver.host_to_device is transfers.host_to_device,
@@ -136,7 +137,8 @@ print(d.copy_to_host().tolist())
 d.copy_to_device(np.arange(5.0) * 2)  # numba-cuda's method, through the staged copy
 print(d.copy_to_host().tolist())
 fl.uninstall()
-print((cuda.to_device, api.device_array, numba_driver.host_to_device) == originals,
+print((cuda.to_device, api.device_array, numba_driver.host_to_device,
+       DeviceNDArray.__getitem__) == originals,
       "copy_to_host" in vars(DeviceNDArray))
 """
     )

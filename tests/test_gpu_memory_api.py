@@ -142,7 +142,7 @@ def test_no_use_after_free_across_streams():
     out = fl.device_array_like(host, stream=a_stream)
     slow_copy[(1 << 16) // 256, 256, a_stream](out, source, 1 << 16)
     del source
-    cuda.current_context().deallocations.clear()  # the free is enqueued now
+    cuda.current_context().memory_manager.deallocations.clear()  # the free is enqueued now
     for _ in range(8):
         scribble = fl.device_array(1 << 16, np.float64, stream=b_stream)
         transfers.copy_to_device(scribble, np.full(1 << 16, -1.0), stream=b_stream)
@@ -157,7 +157,7 @@ def test_defer_cleanup_holds_frees_back():
         del arrays
         held = _core.pool_usage(_core.current_device() or 0)[0] - used_before
         assert held >= 20 << 20  # not freed inside defer_cleanup
-    cuda.current_context().deallocations.clear()
+    cuda.current_context().memory_manager.deallocations.clear()
     cuda.synchronize()
     assert _core.pool_usage(_core.current_device() or 0)[0] - used_before < 20 << 20
 
@@ -230,7 +230,7 @@ def test_out_of_memory_raises_numba_cudas_error_and_leaks_nothing():
     before = _core.pool_usage(device)[0]
     with pytest.raises(CudaAPIError):
         fl.device_array(1 << 50, np.uint8)
-    assert _core.pool_usage(device)[0] == before
+    assert _core.pool_usage(device)[0] <= before  # (the retry flushed pending frees)
 
 
 def test_ipc_handles_of_pool_memory_are_refused_clearly():

@@ -311,6 +311,7 @@ def device_array_class_if_imported() -> type | None:
 # -- the memory API (fastlaunch.memory) ----------------------------------------------------
 
 
+@functools.cache
 def cudadrv_driver() -> Any:
     """``numba.cuda.cudadrv.driver``: its memory pointers, errors, memory managers, and the
     module-level transfer functions (``host_to_device`` ...) that ``fastlaunch.memory``
@@ -320,6 +321,7 @@ def cudadrv_driver() -> Any:
     return driver
 
 
+@functools.cache
 def devicearray() -> Any:
     """``numba.cuda.cudadrv.devicearray`` (``DeviceNDArray`` and its checks)."""
     from numba.cuda.cudadrv import devicearray
@@ -327,6 +329,7 @@ def devicearray() -> Any:
     return devicearray
 
 
+@functools.cache
 def api() -> Any:
     """``numba.cuda.api``, where ``numba.cuda``'s memory functions are defined."""
     from numba.cuda import api
@@ -352,7 +355,7 @@ def prepare_shape_strides_dtype(shape: Any, strides: Any, dtype: Any, order: str
 def uses_numbas_memory_manager(context: Any) -> bool:
     """Whether ``context`` allocates with numba-cuda's own memory manager, not an External
     Memory Management plugin (RMM's ``RMMNumbaManager``, ``cuda.set_memory_manager``)."""
-    return type(context.memory_manager) is cudadrv_driver().NumbaCUDAMemoryManager
+    return type(context.memory_manager).__name__ == "NumbaCUDAMemoryManager"
 
 
 def device_pointer(address: int) -> Any:
@@ -360,6 +363,7 @@ def device_pointer(address: int) -> Any:
     return cudadrv_driver().binding.CUdeviceptr(address)
 
 
+@functools.cache
 def out_of_memory_code() -> int:
     return int(cudadrv_driver().binding.CUresult.CUDA_ERROR_OUT_OF_MEMORY)
 

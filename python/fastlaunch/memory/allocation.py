@@ -16,6 +16,7 @@ from typing import Any
 
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
+from fastlaunch.errors import CudaError
 
 #: numba-cuda's Context per context key (``_core.context_key()``)
 _contexts: dict[int, Any] = {}
@@ -33,7 +34,11 @@ POOL_THRESHOLD_ENV = "FASTLAUNCH_POOL_RELEASE_THRESHOLD"
 
 
 def context() -> tuple[int, Any]:
-    """The current context's key and numba-cuda's ``Context`` object for it."""
+    """The current context's key and numba-cuda's ``Context`` object for it. With no context
+    current, numba-cuda makes its own current first (as its own calls do), so that its
+    context stack stays its own to pop (``cuda.close()``)."""
+    if _core.current_context() is None:
+        numba_cuda.numba_context()
     key = _core.context_key()
     found = _contexts.get(key)
     if found is None:
@@ -81,8 +86,6 @@ def _pool_alloc(nbytes: int, stream_handle: int, manager: Any) -> int:
     """A pool allocation; on running out of memory, the pending deallocations are flushed
     and it is tried again, then numba-cuda's ``CudaAPIError`` is raised (as numba-cuda's
     memory manager does)."""
-    from fastlaunch.errors import CudaError
-
     for attempt in range(2):
         try:
             return _core.mem_alloc(nbytes, stream_handle)

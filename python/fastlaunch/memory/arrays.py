@@ -47,7 +47,7 @@ def pinned_array(shape: Any, dtype: Any = "float64", strides: Any = None, order:
     _, ctx = context()
     address = _core.pinned_alloc(nbytes)
     buffer = (ctypes.c_byte * nbytes).from_address(address)
-    deallocations = ctx.deallocations
+    deallocations = ctx.memory_manager.deallocations
     weakref.finalize(buffer, deallocations.add_item, _core.pinned_free, address, nbytes)
     import numpy as np
 

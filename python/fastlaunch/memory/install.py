@@ -1,8 +1,8 @@
 """Puts ``fastlaunch.memory``'s functions in place of numba-cuda's while fastlaunch is
 installed (``fastlaunch.install()``, ``python -m fastlaunch run``, ``FASTLAUNCH_INSTALL=1``),
 and numba-cuda's back on ``uninstall()``. Replaced: ``numba.cuda.<name>`` (and
-``numba.cuda.api.<name>``) for the API functions, ``DeviceNDArray.copy_to_host`` and
-``copy_to_device``, and the
+``numba.cuda.api.<name>``) for the API functions, ``DeviceNDArray``'s ``copy_to_host``,
+``copy_to_device``, ``__getitem__`` and ``__setitem__``, and the
 module-level copies of ``numba.cuda.cudadrv.driver`` that numba-cuda's other paths use."""
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ API = {
 METHODS = {
     "copy_to_host": transfers.copy_to_host,
     "copy_to_device": transfers.copy_to_device,
+    "__getitem__": transfers.getitem,
+    "__setitem__": transfers.setitem,
 }
 #: numba.cuda.cudadrv.driver's copy functions and their replacements
 DRIVER = {

@@ -90,6 +90,18 @@ def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
     return np.ndarray(shape=self.shape, dtype=self.dtype, strides=self.strides, buffer=host)
 
 
+def getitem(self: Any, item: Any) -> Any:
+    """numba-cuda's ``DeviceNDArray.__getitem__`` without its context lookup (a view needs
+    none: it allocates nothing)."""
+    return self._do_getitem(item)
+
+
+def setitem(self: Any, key: Any, value: Any) -> None:
+    """numba-cuda's ``DeviceNDArray.__setitem__`` without its context lookup; its copies go
+    through the staged copies above."""
+    self._do_setitem(key, value)
+
+
 def copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
     """numba-cuda's ``DeviceNDArray.copy_to_device`` (its checks, in its order), without its
     context lookup, its copy made on the Rust core."""
