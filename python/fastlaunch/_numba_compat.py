@@ -372,3 +372,13 @@ def cuda_api_error(code: int, message: str) -> Exception:
     """numba-cuda's ``CudaAPIError``, as its driver raises it for a failed call."""
     driver = cudadrv_driver()
     return driver.CudaAPIError(driver.binding.CUresult(code), message)
+
+
+def has_module_callbacks(kernel: Any) -> bool:
+    """Whether a compiled kernel links code with module setup or teardown callbacks
+    (``CUSource(..., setup_callback=...)``): numba-cuda runs them when it loads its own module,
+    so such kernels are launched by numba-cuda."""
+    library = getattr(kernel, "_codelibrary", None)
+    return bool(
+        getattr(library, "_setup_functions", None) or getattr(library, "_teardown_functions", None)
+    )

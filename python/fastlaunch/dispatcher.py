@@ -422,14 +422,17 @@ class Kernel(_core.Kernel):
 
     def _target(self, kernel: Any, compute_capability: int) -> Any:
         """What Rust launches for a numba ``_Kernel``: its linked cubin, loaded once; or,
-        for kernels that need numba-cuda's own launch (debug error readback), a callable."""
+        for kernels that need numba-cuda's own launch (debug error readback, module
+        callbacks of linked code), a callable."""
         key = (id(kernel), compute_capability)
         known = self._compiled.get(key)
         if known is not None and known[0] is kernel:
             return known[1]
         target: _core.CompiledKernel | Callable[..., None]
-        if kernel.debug:
-            target = self._numba_target(kernel)  # reads back the error code after each launch
+        if kernel.debug or numba_cuda.has_module_callbacks(kernel):
+            # numba-cuda reads back the error code after each launch of a debug kernel, and
+            # runs the callbacks of linked code when it loads its module
+            target = self._numba_target(kernel)
         else:
             major, minor = divmod(compute_capability, 10)
             cc = (major, minor, "a" if compute_capability >= 90 else "")

@@ -20,6 +20,7 @@ def device_array(
 ) -> Any:
     """numba-cuda's ``cuda.device_array``: an uninitialised ``DeviceNDArray``."""
     shape, strides, dtype = numba_cuda.prepare_shape_strides_dtype(shape, strides, dtype, order)
+    _require_integer_extents(shape)
     nbytes = _extent(shape, strides, dtype.itemsize)
     gpu_data = allocate(nbytes, stream_handle(stream)) if nbytes else None
     device_array_class = numba_cuda.devicearray().DeviceNDArray
@@ -63,6 +64,16 @@ def pinned_array_like(ary: Any) -> Any:
         strides=api._contiguous_strides_like_array(ary),
         order=api._order_like_array(ary),
     )
+
+
+def _require_integer_extents(shape: tuple) -> None:
+    """numba-cuda's check of a device array's shape (``DeviceNDArrayBase.__init__``), made
+    before anything is allocated for it."""
+    import numpy as np
+
+    for extent in shape:
+        if not isinstance(extent, (int, np.integer)):
+            raise TypeError(f"shape elements must be integers, got {type(extent).__name__}")
 
 
 def _extent(shape: tuple, strides: tuple, itemsize: int) -> int:

@@ -109,7 +109,8 @@ def copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
         return
     devicearray = numba_cuda.devicearray()
     self_core, ary_core = _array_core(self), _array_core(ary)
-    if not (self_core.is_c_contiguous() or self_core.is_f_contiguous()):
+    flags = self_core.flags  # (a broadcast array's core may be a NumPy scalar: it has flags)
+    if not (flags["C_CONTIGUOUS"] or flags["F_CONTIGUOUS"]):
         devicearray.sentry_contiguous(self)  # raises numba-cuda's error
     stream = self.stream if not stream else stream
     if numba_cuda.cudadrv_driver().is_device_memory(ary):
