@@ -8,8 +8,8 @@ use pyo3::types::{PyBytes, PyTuple};
 use crate::classify::fingerprint::describe as describe_fingerprint;
 use crate::classify::{read_arg, Position};
 use crate::errors::{Error, Result};
-use crate::numba_types::plan_of_types;
-use crate::scratch::Scratch;
+use crate::launch::numba_types::plan_of_types;
+use crate::launch::scratch::Scratch;
 
 /// Classifies one object as a kernel argument: its descriptor, as `_on_miss` sees it.
 #[pyfunction]

@@ -1,49 +1,27 @@
 //! `fastlaunch._core`: the launch path in Rust. `ARCHITECTURE.md` at the repository root
 //! maps the modules; Python (`python/fastlaunch`) is the public API over this module.
 
-mod bound;
 mod classify;
-mod code;
-mod configurations;
-mod cupy_layout;
-mod cupy_stream;
 mod devices;
-mod direct_replays;
-mod dlpack;
 mod errors;
-mod followed_capture;
-mod graphs;
-mod held_args;
-mod held_tensor;
+mod graphed;
 mod inspect;
-mod kernel;
+mod interop;
 mod launch;
-mod launcher;
-mod limits;
 mod memory;
-mod numba_types;
-mod overloads;
-mod packed;
-mod plan;
-mod repeat;
-mod scalar;
-mod scratch;
-mod staging;
-mod step_form;
 mod streams;
-mod submitted;
 
 use pyo3::prelude::*;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add_class::<overloads::Kernel>()?;
-    m.add_class::<launcher::Launcher>()?;
-    m.add_class::<bound::BoundLaunch>()?;
-    m.add_class::<code::CompiledKernel>()?;
-    m.add_class::<graphs::Graph>()?;
-    m.add_class::<graphs::GraphLaunch>()?;
+    m.add_class::<launch::overloads::Kernel>()?;
+    m.add_class::<launch::launcher::Launcher>()?;
+    m.add_class::<launch::bound::BoundLaunch>()?;
+    m.add_class::<launch::code::CompiledKernel>()?;
+    m.add_class::<launch::graph::Graph>()?;
+    m.add_class::<launch::graph::GraphLaunch>()?;
     m.add_class::<streams::Stream>()?;
     m.add_class::<streams::Event>()?;
     m.add_function(wrap_pyfunction!(streams::set_ordering, m)?)?;
@@ -51,21 +29,33 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(streams::set_default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(streams::default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(streams::stream_handle, m)?)?;
-    m.add_function(wrap_pyfunction!(step_form::step_form, m)?)?;
-    m.add_class::<held_args::HeldArgs>()?;
-    m.add_class::<direct_replays::DirectReplays>()?;
-    m.add_function(wrap_pyfunction!(followed_capture::follow_capture, m)?)?;
-    m.add_function(wrap_pyfunction!(followed_capture::end_followed_capture, m)?)?;
-    m.add_function(wrap_pyfunction!(followed_capture::followed_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(graphed::step_form::step_form, m)?)?;
+    m.add_class::<graphed::held_args::HeldArgs>()?;
+    m.add_class::<graphed::direct_replays::DirectReplays>()?;
+    m.add_function(wrap_pyfunction!(
+        graphed::followed_capture::follow_capture,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(
+        graphed::followed_capture::end_followed_capture,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(
+        graphed::followed_capture::followed_capture,
+        m
+    )?)?;
     m.add_function(wrap_pyfunction!(inspect::classify, m)?)?;
-    m.add_function(wrap_pyfunction!(submitted::_keep_submitted, m)?)?;
-    m.add_function(wrap_pyfunction!(submitted::_submitted, m)?)?;
-    m.add_function(wrap_pyfunction!(repeat::_remembered_launches, m)?)?;
-    m.add_function(wrap_pyfunction!(repeat::_remembered_checks, m)?)?;
-    m.add_function(wrap_pyfunction!(cupy_layout::_cupy_layout, m)?)?;
-    m.add_function(wrap_pyfunction!(cupy_stream::_cupy_current_stream, m)?)?;
-    m.add_function(wrap_pyfunction!(code::set_release_gil, m)?)?;
-    m.add_function(wrap_pyfunction!(code::releases_gil, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::submitted::_keep_submitted, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::submitted::_submitted, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::repeat::_remembered_launches, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::repeat::_remembered_checks, m)?)?;
+    m.add_function(wrap_pyfunction!(interop::cupy_layout::_cupy_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        interop::cupy_stream::_cupy_current_stream,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(launch::code::set_release_gil, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::code::releases_gil, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::describe, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::pack, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::fingerprint, m)?)?;

@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 
 use crate::devices::driver;
 use crate::errors::{Error, Result};
-use crate::scratch::Scratch;
+use crate::launch::scratch::Scratch;
 
 static ORDERING: AtomicBool = AtomicBool::new(true);
 static FOLLOW_CURRENT_STREAM: AtomicU8 = AtomicU8::new(0);
@@ -301,7 +301,7 @@ pub(crate) fn order_inputs(
         exchange_stream = Some(stream as usize);
     }
     let cupy_stream = if scratch.streams.has_cupy {
-        Some(crate::cupy_stream::current_stream(py)?)
+        Some(crate::interop::cupy_stream::current_stream(py)?)
     } else {
         None
     };

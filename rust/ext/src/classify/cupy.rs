@@ -1,11 +1,11 @@
-//! CuPy arrays: read from CuPy's object layout where it is confirmed (`crate::cupy_layout`);
+//! CuPy arrays: read from CuPy's object layout where it is confirmed (`crate::interop::cupy_layout`);
 //! else through attributes: pointer from `data.ptr`, a C-contiguous array's dims from its
 //! size or shape alone (CuPy builds its `shape` and `strides` tuples anew on each access).
 //!
 //! Arrays launched before are pushed from a per-thread table (`known.rs`): a CuPy array's
 //! `data` (pointer and offset) and `dtype` are fixed for its life; only its `shape` can be
 //! assigned in place (same size, so the same shape or another ndim), and is checked on every
-//! launch: from CuPy's object layout where it is confirmed (`crate::cupy_layout`), else
+//! launch: from CuPy's object layout where it is confirmed (`crate::interop::cupy_layout`), else
 //! `ndim` for a 1-D array and the `shape` tuple otherwise.
 
 use std::cell::RefCell;
@@ -80,7 +80,7 @@ pub(super) fn read(
 pub(super) fn has_shape(arg: &Bound<'_, PyAny>, expected: &[i64], layout: bool) -> PyResult<bool> {
     if layout {
         // SAFETY: `layout` is only set for types `cupy_layout::applies_to` accepted.
-        if let Some(same) = unsafe { crate::cupy_layout::has_shape(arg, expected) } {
+        if let Some(same) = unsafe { crate::interop::cupy_layout::has_shape(arg, expected) } {
             return Ok(same);
         }
     }
@@ -113,7 +113,7 @@ fn read_fields(
 ) -> Result<()> {
     let laid_out = if layout {
         // SAFETY: `layout` is only set for types `cupy_layout::applies_to` accepted.
-        unsafe { crate::cupy_layout::read(arg) }
+        unsafe { crate::interop::cupy_layout::read(arg) }
     } else {
         None
     };
@@ -134,7 +134,7 @@ fn read_fields(
     if layout && scratch.values.len() > values_before {
         if let Some(known) = KnownArray::last_pushed(scratch) {
             // SAFETY: `layout` is only set for types `cupy_layout::applies_to` accepted.
-            unsafe { crate::cupy_layout::confirm(arg, known.shape(), known.data()) };
+            unsafe { crate::interop::cupy_layout::confirm(arg, known.shape(), known.data()) };
         }
     }
     Ok(())

@@ -1,6 +1,6 @@
 //! DLPack: producers of the DLPack C exchange API (torch: a tensor view with no Python
 //! call) and generic `__dlpack__` producers (a capsule). The tensor structs are read in
-//! `crate::dlpack`, which states their invariants.
+//! `crate::interop::dlpack`, which states their invariants.
 
 use std::cell::RefCell;
 
@@ -11,9 +11,9 @@ use pyo3::types::{PyBool, PyDict, PyString};
 use super::arrays::push_array;
 use super::known::KnownObjects;
 use super::{type_name, Position, Scratch, ValueAt};
-use crate::dlpack::{self as ffi_dlpack, DLTensor, ExchangeApi};
 use crate::errors::Result;
-use crate::scalar::Scalar;
+use crate::interop::dlpack::{self as ffi_dlpack, DLTensor, ExchangeApi};
+use crate::launch::scalar::Scalar;
 use fastlaunch_driver as driver;
 
 /// A producer of the DLPack C exchange API: its tensor, and where to ask its current stream.

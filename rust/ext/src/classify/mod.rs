@@ -42,10 +42,10 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::dlpack::ExchangeApi;
 use crate::errors::{Error, Result};
-use crate::scalar::{Scalar, Value};
-use crate::scratch::{ArgValue, ArrayArg, HostCopy, Scratch, ValueAt};
+use crate::interop::dlpack::ExchangeApi;
+use crate::launch::scalar::{Scalar, Value};
+use crate::launch::scratch::{ArgValue, ArrayArg, HostCopy, Scratch, ValueAt};
 
 #[cfg(test)]
 pub(crate) use arrays::MAX_NDIM;
@@ -81,7 +81,7 @@ enum Strategy {
     CoreBuffer,
     /// cuda.core `StridedMemoryView`: read through its attributes.
     CoreStridedView,
-    /// `layout`: its arrays may be read from CuPy's object layout (`crate::cupy_layout`).
+    /// `layout`: its arrays may be read from CuPy's object layout (`crate::interop::cupy_layout`).
     CupyArray {
         layout: bool,
     },
@@ -303,7 +303,7 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
             Strategy::NumbaDeviceArray
         });
     }
-    if let Some(mut api) = crate::dlpack::exchange_api(&class) {
+    if let Some(mut api) = crate::interop::dlpack::exchange_api(&class) {
         api.lazy_sign_views = has_attribute(&class, "is_conj") && has_attribute(&class, "is_neg");
         return Ok(Strategy::Exchange(api));
     }
@@ -314,7 +314,7 @@ fn resolve_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Strategy
         .unwrap_or_default();
     if cupy::is_cupy_array(&arg.get_type()) {
         return Ok(Strategy::CupyArray {
-            layout: crate::cupy_layout::applies_to(&arg.get_type()),
+            layout: crate::interop::cupy_layout::applies_to(&arg.get_type()),
         });
     }
     let is_enum = py

@@ -11,9 +11,9 @@ use smallvec::SmallVec;
 use super::fingerprint::{scalar_byte, ARRAY_TAG};
 use super::known::Identity;
 use super::{cached_strategy, cupy, scalars, Scratch, Strategy};
-use crate::dlpack::CurrentWorkStream;
-use crate::held_tensor::HeldTensor;
-use crate::scalar::{Scalar, Value};
+use crate::interop::dlpack::CurrentWorkStream;
+use crate::interop::held_tensor::HeldTensor;
+use crate::launch::scalar::{Scalar, Value};
 
 /// An array argument proven unchanged when the very same object comes back (its
 /// [`Identity`], see `known.rs`).
@@ -107,7 +107,7 @@ impl Unchanged {
 /// and by graphed calls (`held_args.rs`).
 pub(crate) struct HeldCupyShape {
     shape: SmallVec<[i64; 4]>,
-    /// The shape may be read from CuPy's object layout (`crate::cupy_layout`).
+    /// The shape may be read from CuPy's object layout (`crate::interop::cupy_layout`).
     layout: bool,
 }
 

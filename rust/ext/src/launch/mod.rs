@@ -3,6 +3,28 @@
 //! → **submit** (the driver call, in `code.rs`) → **finish** (copy records back, record a
 //! graph node). A hit allocates nothing, creates no Python object and takes no lock: the
 //! arguments go into this thread's reused [`Scratch`].
+//!
+//! The launch path's parts, one file each: the kernel and its overloads (`overloads`,
+//! `kernel`, `code`), configurations and launchers (`launcher`, `configurations`, `limits`),
+//! argument packing (`scratch`, `plan`, `numba_types`, `scalar`, `staging`), launches like
+//! the last (`repeat`), arguments packed once (`packed`) for bound launches (`bound`) and
+//! graph capture and replay (`graph`), and what tests read of a submission (`submitted`).
+pub(crate) mod bound;
+pub(crate) mod code;
+pub(crate) mod configurations;
+pub(crate) mod graph;
+pub(crate) mod kernel;
+pub(crate) mod launcher;
+pub(crate) mod limits;
+pub(crate) mod numba_types;
+pub(crate) mod overloads;
+pub(crate) mod packed;
+pub(crate) mod plan;
+pub(crate) mod repeat;
+pub(crate) mod scalar;
+pub(crate) mod scratch;
+pub(crate) mod staging;
+pub(crate) mod submitted;
 
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
@@ -15,18 +37,15 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use crate::classify::fingerprint::describe;
 use crate::classify::{read_arg, Position};
-use crate::code::CompiledCode;
 use crate::devices::{compute_capability_code, driver};
 use crate::errors::{Error, Result};
-use crate::graphs;
-use crate::limits;
-use crate::overloads::{Kernel, Overload, Target};
-use crate::packed::PackedArgs;
-use crate::plan::Plan;
-use crate::repeat::{self, LastLaunch};
-use crate::scratch::Scratch;
-use crate::staging;
+use crate::launch::packed::PackedArgs;
 use crate::streams::order_inputs;
+use code::CompiledCode;
+use overloads::{Kernel, Overload, Target};
+use plan::Plan;
+use repeat::LastLaunch;
+use scratch::Scratch;
 
 /// What `kernel[grid, block, stream, shmem]` (or `configure`) fixed for its launches.
 pub(crate) struct LaunchConfig {
@@ -64,7 +83,7 @@ pub(crate) fn launch(
     // Inside `with fastlaunch.graph():` (or a followed torch / CuPy capture), launches given
     // no stream go to the capture stream.
     let redirected;
-    let dims = match graphs::no_stream_target() {
+    let dims = match graph::no_stream_target() {
         Some(capture) if config.dims.stream == 0 => {
             redirected = LaunchDims {
                 stream: capture,
@@ -86,7 +105,7 @@ pub(crate) fn launch(
         // A launch like one of the last two (not while this thread records a graph, whose
         // nodes need every argument classified; without arguments there is nothing to save).
         let table_id = kernel.table_id();
-        let remembering = !args.is_empty() && graphs::capture_stream().is_none();
+        let remembering = !args.is_empty() && graph::capture_stream().is_none();
         if remembering {
             if let Some((last, overload)) =
                 repeat::find(table_id, context.key(), args, names, scratch)
@@ -135,7 +154,7 @@ pub(crate) fn launch(
                 Ok(())
             }
             (Target::Python(callable), _) => {
-                graphs::hold_if_capturing(dims.stream, args);
+                graph::hold_if_capturing(dims.stream, args);
                 callable.call1(py, launch_arguments(py, args, dims, &config.stream))?;
                 Ok(())
             }
@@ -365,9 +384,9 @@ impl Compiled<'_> {
             launched = launched.and(unstaged);
         }
         launched?;
-        if graphs::is_capturing(stream) {
+        if graph::is_capturing(stream) {
             let packed = PackedArgs::new(self.plan, scratch, names, args)?;
-            graphs::record(driver, kernel_object, self.code, stream, packed)?;
+            graph::record(driver, kernel_object, self.code, stream, packed)?;
         }
         Ok(())
     }
@@ -406,7 +425,7 @@ fn launch_with_numba(
     stream: &Py<PyAny>,
     args: &Bound<'_, PyTuple>,
 ) -> Result<()> {
-    graphs::hold_if_capturing(dims.stream, args);
+    graph::hold_if_capturing(dims.stream, args);
     kernel_object.call_method1(
         intern!(py, "_launch_with_numba"),
         launch_arguments(py, args, dims, stream),

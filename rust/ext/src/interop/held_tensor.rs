@@ -7,7 +7,7 @@
 
 use pyo3::prelude::*;
 
-use crate::dlpack::{DLTensor, DLTensorFromPyObject, ExchangeApi, KDL_COMPLEX};
+use crate::interop::dlpack::{DLTensor, DLTensorFromPyObject, ExchangeApi, KDL_COMPLEX};
 
 /// A tensor as it was read: how to read it again, and what it described.
 pub(crate) struct HeldTensor {
@@ -91,7 +91,7 @@ fn dims(tensor: &DLTensor) -> Option<(&[i64], Option<&[i64]>)> {
     if tensor.shape.is_null() {
         return None;
     }
-    // SAFETY: per `crate::dlpack`'s invariants, `shape` points to `ndim` values and `strides`
+    // SAFETY: per `crate::interop::dlpack`'s invariants, `shape` points to `ndim` values and `strides`
     // is null or points to `ndim` values, valid while the producing object lives unchanged.
     let shape = unsafe { std::slice::from_raw_parts(tensor.shape, ndim) };
     let strides = (!tensor.strides.is_null())

@@ -9,9 +9,9 @@ use fastlaunch_driver::{self as driver, LaunchContext};
 use pyo3::prelude::*;
 
 use crate::errors::{Error, Result};
-use crate::graphs;
+use crate::launch::graph;
+use crate::launch::scratch::{ArgValue, Scratch};
 use crate::memory::with_context_memory;
-use crate::scratch::{ArgValue, Scratch};
 
 /// Copies the host bytes among the arguments to the device on the launch's stream and puts
 /// their device addresses in the values to pack. Not while capturing a graph: copies from
@@ -24,7 +24,7 @@ pub(crate) fn stage(
     stream: usize,
     scratch: &mut Scratch,
 ) -> Result<()> {
-    if graphs::is_capturing(stream) {
+    if graph::is_capturing(stream) {
         return Err(Error::Type(
             "records and host arrays cannot be launched while capturing a graph (each launch \
              copies them from host memory, which a graph cannot capture); copy them to the \

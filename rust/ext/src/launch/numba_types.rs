@@ -12,8 +12,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
 use crate::errors::{Error, Result};
-use crate::plan::{Param, Plan};
-use crate::scalar::Scalar;
+use crate::launch::plan::{Param, Plan};
+use crate::launch::scalar::Scalar;
 
 /// numba's type classes, imported once (from `numba.cuda.types`, as `dispatcher.py` does).
 struct Classes {

@@ -28,10 +28,10 @@ use pyo3::types::PyTuple;
 use smallvec::SmallVec;
 
 use crate::classify::{Position, ScalarSlots, Unchanged};
-use crate::overloads::Overload;
-use crate::packed::{pack_argument, pack_by_argument, read_argument, PackedArgument};
-use crate::plan::{Param, Plan};
-use crate::scratch::{ArgValue, Scratch};
+use crate::launch::overloads::Overload;
+use crate::launch::packed::{pack_argument, pack_by_argument, read_argument, PackedArgument};
+use crate::launch::plan::{Param, Plan};
+use crate::launch::scratch::{ArgValue, Scratch};
 
 /// Launches remembered per thread, all kernels together; the least recently used leaves.
 const REMEMBERED: usize = 16;

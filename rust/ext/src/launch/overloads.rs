@@ -9,11 +9,11 @@ use arc_swap::ArcSwap;
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use crate::code::{CompiledCode, CompiledKernel};
-use crate::configurations::Configurations;
 use crate::errors::{Error, Result};
-use crate::numba_types::plan_of_types;
-use crate::plan::Plan;
+use crate::launch::code::{CompiledCode, CompiledKernel};
+use crate::launch::configurations::Configurations;
+use crate::launch::numba_types::plan_of_types;
+use crate::launch::plan::Plan;
 
 /// What an overload launches: a loaded image, or (for kernels needing numba's own
 /// launch path, such as `debug=True`) a Python callable.

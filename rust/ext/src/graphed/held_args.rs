@@ -14,9 +14,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::classify::HeldCupyShape;
-use crate::dlpack::ExchangeApi;
 use crate::errors::Error;
-use crate::held_tensor::HeldTensor;
+use crate::interop::dlpack::ExchangeApi;
+use crate::interop::held_tensor::HeldTensor;
 use fastlaunch_driver as driver;
 
 /// A call's arguments and what its tensors described; see the module documentation.

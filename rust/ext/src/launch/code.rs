@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 
 use crate::devices::driver;
 use crate::errors::{Error, Result};
-use crate::limits::{self, ClusterOptIn, SharedMemoryOptIn, DEFAULT_DYNAMIC_SHARED_BYTES};
+use crate::launch::limits::{self, ClusterOptIn, SharedMemoryOptIn, DEFAULT_DYNAMIC_SHARED_BYTES};
 
 /// A compiled kernel image, loaded once with the library API (context-independent).
 pub(crate) struct CompiledCode {
@@ -182,7 +182,7 @@ impl CompiledCode {
     /// launch by the limit it broke. `params` must have been prepared.
     ///
     /// # Safety
-    /// `params` must hold one value per flattened kernel parameter (see [`crate::plan::Plan`]),
+    /// `params` must hold one value per flattened kernel parameter (see [`crate::launch::plan::Plan`]),
     /// packed for this kernel from arguments that stay alive until this returns.
     #[inline]
     pub(crate) unsafe fn submit(
@@ -200,7 +200,7 @@ impl CompiledCode {
                 .allow(driver, &self.kernel, ordinal, dims.shared_mem_bytes)?;
         }
         let function = self.function_in(driver, launch)?;
-        crate::submitted::note(params);
+        crate::launch::submitted::note(params);
         let options = LaunchOptions {
             cooperative: self.cooperative,
             cluster,

@@ -14,9 +14,9 @@ use crate::classify::fingerprint::split_arguments;
 use crate::classify::{read_arg, Position};
 use crate::devices::driver;
 use crate::errors::{Error, Result};
-use crate::limits;
-use crate::plan::Plan;
-use crate::scratch::Scratch;
+use crate::launch::limits;
+use crate::launch::plan::Plan;
+use crate::launch::scratch::Scratch;
 
 /// Where one argument is in a launch packed argument by argument ([`pack_by_argument`]).
 #[derive(Clone, Debug)]

@@ -31,8 +31,8 @@ use pyo3::PyTraverseError;
 use smallvec::SmallVec;
 
 use crate::errors::{Error, Result};
-use crate::graphs::{no_stream_target, Graph};
-use crate::held_args::HeldArgs;
+use crate::graphed::held_args::HeldArgs;
+use crate::launch::graph::{no_stream_target, Graph};
 
 /// Calls remembered per step: the last two (a loop passing two buffers by turns).
 const SLOTS: usize = 2;

@@ -6,7 +6,7 @@
 
 use pyo3::prelude::*;
 
-use crate::scalar::Value;
+use crate::launch::scalar::Value;
 use fastlaunch_driver as driver;
 
 /// An array argument: what the packer needs. `dims_at` indexes the scratch's `dims`,
@@ -66,7 +66,7 @@ pub(crate) struct StreamInputs {
     /// Streams that produced the inputs (CUDA Array Interface v3 `stream`).
     pub producers: Vec<usize>,
     /// A DLPack exchange-API producer among the inputs: where to ask its current stream.
-    pub exchange_stream: Option<(crate::dlpack::CurrentWorkStream, i32, i32)>,
+    pub exchange_stream: Option<(crate::interop::dlpack::CurrentWorkStream, i32, i32)>,
     /// Whether a CuPy array is among the inputs (CuPy's current stream then counts).
     pub has_cupy: bool,
 }

@@ -8,14 +8,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::code::CompiledCode;
 use crate::devices::{compute_capability_code, driver};
 use crate::errors::{Error, Result};
+use crate::launch::code::CompiledCode;
+use crate::launch::limits;
+use crate::launch::overloads::{Kernel, Target};
+use crate::launch::packed::PackedArgs;
+use crate::launch::scratch::Scratch;
 use crate::launch::{check_argument_count, resolve, LaunchConfig};
-use crate::limits;
-use crate::overloads::{Kernel, Target};
-use crate::packed::PackedArgs;
-use crate::scratch::Scratch;
 
 /// A launch whose arguments are classified and packed once: `kernel[...].bind(*args)`.
 /// Calling it submits again with no classification or packing.

@@ -18,11 +18,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyList, PyTuple};
 use pyo3::{ffi, intern};
 
-use crate::bound::{self, BoundLaunch};
 use crate::errors::{Error, Result};
+use crate::launch::bound::{self, BoundLaunch};
+use crate::launch::limits;
+use crate::launch::overloads::Kernel;
 use crate::launch::{self, LaunchConfig};
-use crate::limits;
-use crate::overloads::Kernel;
 use crate::streams::parse_stream;
 
 /// Below this many blocks numba-cuda warns of low occupancy (`NumbaPerformanceWarning`).

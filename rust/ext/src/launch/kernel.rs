@@ -10,11 +10,11 @@ use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::configurations::ConfigKey;
 use crate::errors::Result;
-use crate::launcher::Launcher;
-use crate::numba_types::plan_of_types;
-use crate::overloads::Kernel;
+use crate::launch::configurations::ConfigKey;
+use crate::launch::launcher::Launcher;
+use crate::launch::numba_types::plan_of_types;
+use crate::launch::overloads::Kernel;
 
 #[pymethods]
 impl Kernel {

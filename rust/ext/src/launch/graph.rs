@@ -15,11 +15,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::code::CompiledCode;
 use crate::devices::driver;
 use crate::errors::{Error, Result};
-use crate::overloads::Kernel;
-use crate::packed::PackedArgs;
+use crate::launch::code::CompiledCode;
+use crate::launch::overloads::Kernel;
+use crate::launch::packed::PackedArgs;
 use crate::streams::parse_stream;
 
 thread_local! {
@@ -51,7 +51,7 @@ pub(crate) fn capture_stream() -> Option<usize> {
 /// else the stream of a capture this thread follows (`followed_capture.rs`).
 #[inline]
 pub(crate) fn no_stream_target() -> Option<usize> {
-    capture_stream().or_else(crate::followed_capture::followed_capture_stream)
+    capture_stream().or_else(crate::graphed::followed_capture::followed_capture_stream)
 }
 
 /// Whether a launch on `stream` is captured by this thread's `fastlaunch.graph`.
