@@ -9,7 +9,7 @@ use crate::classify::fingerprint::describe as describe_fingerprint;
 use crate::classify::{read_arg, Position};
 use crate::errors::{Error, Result};
 use crate::launch::numba_types::plan_of_types;
-use crate::launch::scratch::Scratch;
+use crate::scratch::Scratch;
 
 /// Classifies one object as a kernel argument: its descriptor, as `_on_miss` sees it.
 #[pyfunction]

@@ -9,6 +9,8 @@ mod inspect;
 mod interop;
 mod launch;
 mod memory;
+mod scalar;
+mod scratch;
 mod streams;
 
 use pyo3::prelude::*;
@@ -33,15 +35,15 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<graphed::held_args::HeldArgs>()?;
     m.add_class::<graphed::direct_replays::DirectReplays>()?;
     m.add_function(wrap_pyfunction!(
-        graphed::followed_capture::follow_capture,
+        launch::followed_capture::follow_capture,
         m
     )?)?;
     m.add_function(wrap_pyfunction!(
-        graphed::followed_capture::end_followed_capture,
+        launch::followed_capture::end_followed_capture,
         m
     )?)?;
     m.add_function(wrap_pyfunction!(
-        graphed::followed_capture::followed_capture,
+        launch::followed_capture::followed_capture,
         m
     )?)?;
     m.add_function(wrap_pyfunction!(inspect::classify, m)?)?;
@@ -94,5 +96,17 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::pool_trim, m)?)?;
     m.add_function(wrap_pyfunction!(memory::pinned_alloc, m)?)?;
     m.add_function(wrap_pyfunction!(memory::pinned_free, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::stream_create, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::stream_destroy, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::stream_synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::stream_query, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::stream_wait_event, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::event_create, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::event_destroy, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::event_record, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::event_synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::event_query, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::event_elapsed_ms, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::context_synchronize, m)?)?;
     Ok(())
 }

@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 
 use crate::devices::driver;
 use crate::errors::{Error, Result};
-use crate::launch::scratch::Scratch;
+use crate::scratch::Scratch;
 
 static ORDERING: AtomicBool = AtomicBool::new(true);
 static FOLLOW_CURRENT_STREAM: AtomicU8 = AtomicU8::new(0);

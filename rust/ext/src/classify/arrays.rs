@@ -13,7 +13,7 @@ use super::fingerprint::{self, LAYOUT_A, LAYOUT_C, LAYOUT_F};
 use super::known::HeldObjects;
 use super::{type_name, ArgValue, ArrayArg, Position, Scratch};
 use crate::errors::Result;
-use crate::launch::scalar::Scalar;
+use crate::scalar::Scalar;
 
 /// Arrays with more dimensions than this are refused (NumPy's own limit is 64).
 pub(crate) const MAX_NDIM: usize = 64;

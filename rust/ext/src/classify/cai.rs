@@ -9,7 +9,7 @@ use pyo3::types::PyDict;
 use super::arrays::{int_tuple, push_array, tuple_ints};
 use super::{type_name, Position, Scratch, ValueAt};
 use crate::errors::Result;
-use crate::launch::scalar::Scalar;
+use crate::scalar::Scalar;
 
 /// A generic `__cuda_array_interface__` object (v3: its `stream` orders the launch).
 pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {

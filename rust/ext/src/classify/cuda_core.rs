@@ -12,7 +12,7 @@ use super::arrays::{
 };
 use super::{type_name, Position, Scratch, Strategy, ValueAt};
 use crate::errors::Result;
-use crate::launch::scalar::Scalar;
+use crate::scalar::Scalar;
 
 /// cuda.core's `Buffer` and `StridedMemoryView`, and subclasses of them, found by module and
 /// name along the MRO so that cuda.core is never imported here (its classes live in versioned

@@ -13,7 +13,7 @@ use super::known::KnownObjects;
 use super::{type_name, Position, Scratch, ValueAt};
 use crate::errors::Result;
 use crate::interop::dlpack::{self as ffi_dlpack, DLTensor, ExchangeApi};
-use crate::launch::scalar::Scalar;
+use crate::scalar::Scalar;
 use fastlaunch_driver as driver;
 
 /// A producer of the DLPack C exchange API: its tensor, and where to ask its current stream.

@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyList, PyTuple};
 
 use super::classes;
-use crate::launch::scalar::Scalar;
+use crate::scalar::Scalar;
 
 /// Tuples nest at most this deep: deeper ones go to numba-cuda's path (and no recursion, in
 /// reading or walking, runs away).

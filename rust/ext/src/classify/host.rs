@@ -15,7 +15,7 @@ use super::arrays::{dtype_scalar, layout_of, push_array};
 use super::fingerprint::LAYOUT_A;
 use super::{Position, Scratch};
 use crate::errors::Result;
-use crate::launch::scratch::HostCopy;
+use crate::scratch::HostCopy;
 
 /// Which way a host array's bytes go around the launch.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 
 use super::Scratch;
 use crate::errors::Result;
-use crate::launch::scratch::{ArgValue, ArrayArg};
+use crate::scratch::{ArgValue, ArrayArg};
 
 /// Slots in a table, hashed by address into buckets of `WAYS`.
 const SLOTS: usize = 512;

@@ -44,8 +44,8 @@ use pyo3::types::PyTuple;
 
 use crate::errors::{Error, Result};
 use crate::interop::dlpack::ExchangeApi;
-use crate::launch::scalar::{Scalar, Value};
-use crate::launch::scratch::{ArgValue, ArrayArg, HostCopy, Scratch, ValueAt};
+use crate::scalar::{Scalar, Value};
+use crate::scratch::{ArgValue, ArrayArg, HostCopy, Scratch, ValueAt};
 
 #[cfg(test)]
 pub(crate) use arrays::MAX_NDIM;

@@ -13,7 +13,7 @@ use super::known::Identity;
 use super::{cached_strategy, cupy, scalars, Scratch, Strategy};
 use crate::interop::dlpack::CurrentWorkStream;
 use crate::interop::held_tensor::HeldTensor;
-use crate::launch::scalar::{Scalar, Value};
+use crate::scalar::{Scalar, Value};
 
 /// An array argument proven unchanged when the very same object comes back (its
 /// [`Identity`], see `known.rs`).

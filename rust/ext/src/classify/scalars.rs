@@ -12,7 +12,7 @@ use pyo3::types::{PyComplex, PyFloat, PyInt};
 use super::arrays::{dtype_scalar, numba_only_dtype};
 use super::{fingerprint, ArgValue, Position, Scratch, Strategy};
 use crate::errors::Result;
-use crate::launch::scalar::{Scalar, Value};
+use crate::scalar::{Scalar, Value};
 
 /// Pushes a scalar argument: its type into the fingerprint, its value.
 #[inline]
@@ -145,7 +145,7 @@ pub(super) fn numpy_value(arg: &Bound<'_, PyAny>, scalar: Scalar) -> Result<Valu
     let item = arg.call_method0("item")?;
     Ok(match scalar {
         Scalar::Bool => Value::Bool(item.extract()?),
-        Scalar::F16 => Value::Half(crate::launch::scalar::f64_to_half(item.extract()?)),
+        Scalar::F16 => Value::Half(crate::scalar::f64_to_half(item.extract()?)),
         Scalar::F32 | Scalar::F64 => Value::Float(item.extract()?),
         Scalar::C64 | Scalar::C128 => {
             let c: num_complex_free::Complex = item.extract()?;

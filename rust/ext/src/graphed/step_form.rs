@@ -18,8 +18,8 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use crate::classify::{exchange_api_of, read_arg, source_of, HeldObjects, Position, Source};
 use crate::errors::{Error, Result};
 use crate::graphed::held_args::HeldArgs;
-use crate::launch::scalar::Value;
-use crate::launch::scratch::{ArgValue, Scratch};
+use crate::scalar::Value;
+use crate::scratch::{ArgValue, Scratch};
 use crate::streams::{parse_stream, Stream};
 
 /// Kinds of leaves, as `graphed.py` numbers them (`_ARRAY`, `_STREAM`, `_OBJECT`).

@@ -14,8 +14,8 @@ use crate::launch::code::CompiledCode;
 use crate::launch::limits;
 use crate::launch::overloads::{Kernel, Target};
 use crate::launch::packed::PackedArgs;
-use crate::launch::scratch::Scratch;
 use crate::launch::{check_argument_count, resolve, LaunchConfig};
+use crate::scratch::Scratch;
 
 /// A launch whose arguments are classified and packed once: `kernel[...].bind(*args)`.
 /// Calling it submits again with no classification or packing.

@@ -51,7 +51,7 @@ pub(crate) fn capture_stream() -> Option<usize> {
 /// else the stream of a capture this thread follows (`followed_capture.rs`).
 #[inline]
 pub(crate) fn no_stream_target() -> Option<usize> {
-    capture_stream().or_else(crate::graphed::followed_capture::followed_capture_stream)
+    capture_stream().or_else(crate::launch::followed_capture::followed_capture_stream)
 }
 
 /// Whether a launch on `stream` is captured by this thread's `fastlaunch.graph`.

@@ -11,7 +11,7 @@ use fastlaunch_driver::{self as driver, Driver, KernelAttribute, LaunchDims, Poi
 
 use crate::classify::Position;
 use crate::errors::{Error, Result};
-use crate::launch::scratch::{ArgValue, Scratch, ValueAt};
+use crate::scratch::{ArgValue, Scratch, ValueAt};
 
 /// Dynamic shared memory any kernel may use without opting in.
 pub(crate) const DEFAULT_DYNAMIC_SHARED_BYTES: u32 = 48 * 1024;

@@ -6,12 +6,14 @@
 //!
 //! The launch path's parts, one file each: the kernel and its overloads (`overloads`,
 //! `kernel`, `code`), configurations and launchers (`launcher`, `configurations`, `limits`),
-//! argument packing (`scratch`, `plan`, `numba_types`, `scalar`, `staging`), launches like
-//! the last (`repeat`), arguments packed once (`packed`) for bound launches (`bound`) and
+//! argument packing (`plan`, `numba_types`, `staging`), launches like
+//! the last (`repeat`), launches following a torch or CuPy capture (`followed_capture`),
+//! arguments packed once (`packed`) for bound launches (`bound`) and
 //! graph capture and replay (`graph`), and what tests read of a submission (`submitted`).
 pub(crate) mod bound;
 pub(crate) mod code;
 pub(crate) mod configurations;
+pub(crate) mod followed_capture;
 pub(crate) mod graph;
 pub(crate) mod kernel;
 pub(crate) mod launcher;
@@ -21,8 +23,6 @@ pub(crate) mod overloads;
 pub(crate) mod packed;
 pub(crate) mod plan;
 pub(crate) mod repeat;
-pub(crate) mod scalar;
-pub(crate) mod scratch;
 pub(crate) mod staging;
 pub(crate) mod submitted;
 
@@ -40,12 +40,12 @@ use crate::classify::{read_arg, Position};
 use crate::devices::{compute_capability_code, driver};
 use crate::errors::{Error, Result};
 use crate::launch::packed::PackedArgs;
+use crate::scratch::Scratch;
 use crate::streams::order_inputs;
 use code::CompiledCode;
 use overloads::{Kernel, Overload, Target};
 use plan::Plan;
 use repeat::LastLaunch;
-use scratch::Scratch;
 
 /// What `kernel[grid, block, stream, shmem]` (or `configure`) fixed for its launches.
 pub(crate) struct LaunchConfig {

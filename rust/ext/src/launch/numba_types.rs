@@ -13,7 +13,7 @@ use pyo3::types::PyType;
 
 use crate::errors::{Error, Result};
 use crate::launch::plan::{Param, Plan};
-use crate::launch::scalar::Scalar;
+use crate::scalar::Scalar;
 
 /// numba's type classes, imported once (from `numba.cuda.types`, as `dispatcher.py` does).
 struct Classes {

@@ -16,7 +16,7 @@ use crate::devices::driver;
 use crate::errors::{Error, Result};
 use crate::launch::limits;
 use crate::launch::plan::Plan;
-use crate::launch::scratch::Scratch;
+use crate::scratch::Scratch;
 
 /// Where one argument is in a launch packed argument by argument ([`pack_by_argument`]).
 #[derive(Clone, Debug)]

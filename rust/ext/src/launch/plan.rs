@@ -9,8 +9,8 @@ use fastlaunch_driver::ParamBuffer;
 use crate::classify::fingerprint::{argument_of_value, Item, Walker};
 use crate::classify::Position;
 use crate::errors::{Error, Result};
-use crate::launch::scalar::Scalar;
-use crate::launch::scratch::ArgValue;
+use crate::scalar::Scalar;
+use crate::scratch::ArgValue;
 
 #[cfg(test)]
 #[path = "plan_proptests.rs"]
@@ -175,8 +175,8 @@ fn rename_argument(error: Error, fingerprint: &[u8], names: &[String]) -> Error 
 mod tests {
     use super::*;
     use crate::classify::fingerprint::ARRAY_TAG;
-    use crate::launch::scalar::Value;
-    use crate::launch::scratch::ArrayArg;
+    use crate::scalar::Value;
+    use crate::scratch::ArrayArg;
 
     #[test]
     fn arrays_pack_in_numbas_data_model() {

@@ -11,8 +11,8 @@ use proptest::prelude::*;
 use super::{Param, Plan};
 use crate::classify::fingerprint::{ARRAY_TAG, DATETIME_TAG, ENUM_TAG, RECORD_TAG};
 use crate::classify::MAX_NDIM;
-use crate::launch::scalar::{Scalar, Value, ALL_SCALARS};
-use crate::launch::scratch::{ArgValue, ArrayArg};
+use crate::scalar::{Scalar, Value, ALL_SCALARS};
+use crate::scratch::{ArgValue, ArrayArg};
 
 /// Slots one plan entry packs: an N-d array is 5 + 2N, complex two, other scalars and
 /// records one.

@@ -31,7 +31,7 @@ use crate::classify::{Position, ScalarSlots, Unchanged};
 use crate::launch::overloads::Overload;
 use crate::launch::packed::{pack_argument, pack_by_argument, read_argument, PackedArgument};
 use crate::launch::plan::{Param, Plan};
-use crate::launch::scratch::{ArgValue, Scratch};
+use crate::scratch::{ArgValue, Scratch};
 
 /// Launches remembered per thread, all kernels together; the least recently used leaves.
 const REMEMBERED: usize = 16;

@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 
 use crate::errors::{Error, Result};
 use crate::launch::graph;
-use crate::launch::scratch::{ArgValue, Scratch};
 use crate::memory::with_context_memory;
+use crate::scratch::{ArgValue, Scratch};
 
 /// Copies the host bytes among the arguments to the device on the launch's stream and puts
 /// their device addresses in the values to pack. Not while capturing a graph: copies from

@@ -6,7 +6,7 @@
 
 use pyo3::prelude::*;
 
-use crate::launch::scalar::Value;
+use crate::scalar::Value;
 use fastlaunch_driver as driver;
 
 /// An array argument: what the packer needs. `dims_at` indexes the scratch's `dims`,
