@@ -8,7 +8,7 @@ through numba-cuda's deallocation queue, and `install()` puts the functions in p
 from __future__ import annotations
 
 PRELUDE = """
-import ctypes, gc, logging, os
+import ctypes, gc, logging, os, weakref
 import numpy as np
 from numba.cuda.cudadrv import driver as numba_driver
 from numba.cuda.cudadrv.devicearray import DeviceNDArray
@@ -26,6 +26,7 @@ class StandInContext:
 
 context = StandInContext()
 allocation._contexts[_core.context_key()] = context
+allocation._proxies[_core.context_key()] = weakref.proxy(context)
 fake = ctypes.CDLL(os.environ["FASTLAUNCH_CUDA_DRIVER"])
 """
 
@@ -183,3 +184,66 @@ except ValueError as e:
 """
     )
     assert lines == ["True", "ValueError True"]
+
+
+def test_views_are_numba_cudas_own_in_every_attribute(run_on_stand_in):
+    """`d[a:b]`, `reshape` and `ravel` built by fastlaunch (objects.py) against numba-cuda's
+    own code on the same array: the same attributes in the same order, the same dummy array
+    (numba-cuda caches it per layout), the same pointers, owners and reference counts."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from numba.cuda.cudadrv import driver as d
+from fastlaunch.memory import views
+original = {name: getattr(DeviceNDArray, name) for name in ("reshape", "ravel")}
+
+def described(array):
+    state = dict(vars(array))
+    memory = state.pop("gpu_data")
+    view = memory._view
+    return (
+        list(vars(array)), state, type(memory), type(view), int(view.device_pointer),
+        view.size, memory.device_ctypes_pointer.value, memory._mem.owner is view.owner,
+        type(view.owner), view.is_managed, view.refct, view.context is not None,
+    )
+
+def same(ours, theirs, owner):
+    refct = owner.refct
+    return described(ours) == described(theirs) and owner.refct == refct
+
+hosts = [
+    np.arange(40.0),
+    np.arange(60, dtype=np.int16).reshape(6, 10),
+    np.asfortranarray(np.arange(24, dtype=np.float32).reshape(4, 6)),
+    np.arange(2 * 3 * 4, dtype=np.complex128).reshape(2, 3, 4),
+    np.ones((5, 1)),
+]
+items = [slice(1, -1), slice(None, 3), slice(2, None), slice(-2, None), slice(0, 1),
+         slice(3, 1), slice(None, None, 2), 0, (slice(1, 3), 0)]
+results = []
+for host in hosts:
+    base = fl.to_device(host)
+    owner = base.gpu_data._mem.owner
+    for array in (base, base._do_getitem(slice(1, None)), base._do_getitem(slice(None, 2))):
+        for item in items:
+            try:
+                theirs = array._do_getitem(item)
+            except Exception:  # an element: a copy to the host through numba-cuda's driver
+                continue
+            results.append(same(views.getitem(array, item), theirs, owner))
+    for shape in [(host.size,), host.shape, (-1,)]:
+        try:
+            theirs = original["reshape"](base, *shape)
+        except NotImplementedError:
+            continue
+        results.append(same(views.reshape(base, *shape), theirs, owner))
+    for order in "CF":
+        try:
+            theirs = original["ravel"](base, order=order)
+        except NotImplementedError:
+            continue
+        results.append(same(views.ravel(base, order=order), theirs, owner))
+print(len(results) > 100, all(results), results.count(False))
+"""
+    )
+    assert lines == ["True True 0"]

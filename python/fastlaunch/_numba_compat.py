@@ -345,11 +345,16 @@ def numba_context() -> Any:
     return devices.get_context()
 
 
-def prepare_shape_strides_dtype(shape: Any, strides: Any, dtype: Any, order: str) -> Any:
-    """numba-cuda's normalisation of ``device_array``'s arguments (its errors included)."""
+@functools.cache
+def _prepare_shape_strides_dtype() -> Any:
     from numba.cuda.api_util import prepare_shape_strides_dtype as prepare
 
-    return prepare(shape, strides, dtype, order)
+    return prepare
+
+
+def prepare_shape_strides_dtype(shape: Any, strides: Any, dtype: Any, order: str) -> Any:
+    """numba-cuda's normalisation of ``device_array``'s arguments (its errors included)."""
+    return _prepare_shape_strides_dtype()(shape, strides, dtype, order)
 
 
 def uses_numbas_memory_manager(context: Any) -> bool:
@@ -381,4 +386,32 @@ def has_module_callbacks(kernel: Any) -> bool:
     library = getattr(kernel, "_codelibrary", None)
     return bool(
         getattr(library, "_setup_functions", None) or getattr(library, "_teardown_functions", None)
+    )
+
+
+@functools.cache
+def memory_classes() -> Any:
+    """What ``fastlaunch.memory.objects`` builds numba-cuda's objects from, looked up once:
+    ``DeviceNDArray``, ``MemoryPointer``, ``AutoFreePointer``, ``OwnedPointer``, the
+    ``CUdeviceptr`` they hold and the ctypes type of their ``device_ctypes_pointer``,
+    ``dummyarray.Array.from_desc`` (cached per layout by
+    numba-cuda, 0.26 to 0.30) and ``memory_size_from_info``. Their attributes, which
+    ``objects`` sets as their constructors do, are the same in 0.26 to 0.30."""
+    import types
+
+    from numba.cuda.cudadrv import devicearray, dummyarray
+
+    driver = cudadrv_driver()
+    # the ctypes type of device_ctypes_pointer: c_size_t in 0.30, drvapi.cu_device_ptr in 0.26
+    probe = object.__new__(driver.MemoryPointer)
+    probe.device_pointer = driver.binding.CUdeviceptr(0)
+    return types.SimpleNamespace(
+        device_ctypes_pointer=type(probe.device_ctypes_pointer),
+        DeviceNDArray=devicearray.DeviceNDArray,
+        MemoryPointer=driver.MemoryPointer,
+        AutoFreePointer=driver.AutoFreePointer,
+        OwnedPointer=driver.OwnedPointer,
+        CUdeviceptr=driver.binding.CUdeviceptr,
+        from_desc=dummyarray.Array.from_desc,
+        memory_size_from_info=driver.memory_size_from_info,
     )

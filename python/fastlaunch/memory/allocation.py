@@ -17,9 +17,15 @@ from typing import Any
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.errors import CudaError
+from fastlaunch.memory import objects
 
-#: numba-cuda's Context per context key (``_core.context_key()``)
+#: numba-cuda's Context per context key (``_core.context_key()``), and a weak proxy of it
+#: (what numba-cuda's memory pointers hold)
 _contexts: dict[int, Any] = {}
+_proxies: dict[int, Any] = {}
+#: per live pool allocation (by address): the streams other than the legacy default stream
+#: that used it (allocated on, copied on); its free follows each
+_streams: dict[int, list[int]] = {}
 
 #: the special stream handles a free on the legacy stream is already ordered after:
 #: default, legacy, per-thread (blocking streams order with the legacy stream too)
@@ -43,6 +49,7 @@ def context() -> tuple[int, Any]:
     found = _contexts.get(key)
     if found is None:
         found = _contexts[key] = numba_cuda.numba_context()
+        _proxies[key] = weakref.proxy(found)
         _core.set_pool_release_threshold(_core.current_device() or 0, _configured_threshold())
     return key, found
 
@@ -66,20 +73,35 @@ def allocate(nbytes: int, stream_handle: int) -> Any:
     """``nbytes`` of device memory for an array used on ``stream_handle``: a numba-cuda
     pointer (an ``OwnedPointer``, as ``Context.memalloc`` returns)."""
     key, ctx = context()
-    if not numba_cuda.uses_numbas_memory_manager(ctx):
-        return ctx.memalloc(nbytes)  # the user's EMM plugin allocates
     manager = ctx.memory_manager
+    if type(manager) is not numba_cuda.cudadrv_driver().NumbaCUDAMemoryManager:
+        return ctx.memalloc(nbytes)  # the user's EMM plugin allocates
+    if nbytes < 0:
+        raise OverflowError(f"cannot allocate a negative number of bytes ({nbytes})")
     address = _pool_alloc(nbytes, stream_handle, manager)
-    after = () if stream_handle in _ORDERED_WITH_LEGACY else (stream_handle,)
-    driver = numba_cuda.cudadrv_driver()
-    memory = driver.AutoFreePointer(
-        weakref.proxy(ctx),
-        numba_cuda.device_pointer(address),
-        nbytes,
-        finalizer=_finalizer(manager, address, key, after, nbytes),
+    streams = [] if stream_handle in _ORDERED_WITH_LEGACY else [stream_handle]
+    _streams[address] = streams
+    memory, owned = objects.pool_memory(
+        _proxies[key], address, nbytes, _finalizer(manager, address, key, streams, nbytes)
     )
     manager.allocations[address] = memory
-    return memory.own()
+    return owned
+
+
+def note_stream(gpu_data: Any, stream_handle: int) -> None:
+    """Records that work on ``stream_handle`` (a copy) used the pool allocation behind
+    ``gpu_data``, so that its free is ordered after that stream too."""
+    if stream_handle in _ORDERED_WITH_LEGACY:
+        return
+    memory = getattr(gpu_data, "_mem", None)  # an OwnedPointer's owner (a weak proxy)
+    if memory is None:
+        return
+    try:
+        streams = _streams.get(int(memory.device_pointer))
+    except ReferenceError:
+        return
+    if streams is not None and stream_handle not in streams:
+        streams.append(stream_handle)
 
 
 def _pool_alloc(nbytes: int, stream_handle: int, manager: Any) -> int:
@@ -101,18 +123,25 @@ def _pool_alloc(nbytes: int, stream_handle: int, manager: Any) -> int:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _finalizer(manager: Any, address: int, key: int, after: tuple, nbytes: int) -> Any:
+def _finalizer(manager: Any, address: int, key: int, streams: list, nbytes: int) -> Any:
+    """numba-cuda's ``_alloc_finalizer`` for pool memory: the free waits in the context's
+    deallocation queue (``cuda.defer_cleanup()`` holds it there)."""
     allocations = manager.allocations
     deallocations = manager.deallocations
 
     def core() -> None:
-        allocations.pop(address, None)
-        deallocations.add_item(_free, (address, key, after), nbytes)
+        if allocations:
+            allocations.pop(address, None)
+        if _streams.get(address) is streams:
+            del _streams[address]
+        deallocations.add_item(_free, (address, key, tuple(streams)), nbytes)
 
     return core
 
 
 def _free(item: tuple[int, int, tuple]) -> None:
+    """Frees on the legacy default stream (after all work on blocking streams), after each
+    other stream that used the memory, in its context (nothing when that was destroyed)."""
     address, key, after = item
     _core.mem_free(address, 0, after, key)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
+from fastlaunch.memory import objects
 from fastlaunch.memory.allocation import allocate, context
 from fastlaunch.memory.transfers import stream_handle
 
@@ -20,8 +21,28 @@ def device_array(
 ) -> Any:
     """numba-cuda's ``cuda.device_array``: an uninitialised ``DeviceNDArray``."""
     shape, strides, dtype = numba_cuda.prepare_shape_strides_dtype(shape, strides, dtype, order)
+    return new_device_array(shape, strides, dtype, stream, "shape")
+
+
+def new_device_array(shape: Any, strides: Any, dtype: Any, stream: Any, argument: str) -> Any:
+    """A ``DeviceNDArray`` of this layout over new memory, made as numba-cuda's
+    ``DeviceNDArray(shape, strides, dtype, stream=stream)`` makes it (``argument`` names the
+    caller's argument in errors)."""
+    if (
+        type(shape) is tuple
+        and type(strides) is tuple
+        and len(shape) == len(strides)
+        and all(type(n) is int and n > 0 for n in shape)
+        and all(type(s) is int for s in strides)
+    ):
+        nbytes = numba_cuda.memory_classes().memory_size_from_info(shape, strides, dtype.itemsize)
+        gpu_data = allocate(nbytes, stream_handle(stream))
+        return objects.device_ndarray(shape, strides, dtype, stream, gpu_data)
+    # empty, negative or unusual shapes: numba-cuda's constructor, over memory from the pool
     _require_integer_extents(shape)
     nbytes = _extent(shape, strides, dtype.itemsize)
+    if nbytes < 0:  # numba-cuda's cuMemAlloc call refuses it with this class
+        raise OverflowError(f"{argument} {shape!r} gives a negative size ({nbytes} bytes)")
     gpu_data = allocate(nbytes, stream_handle(stream)) if nbytes else None
     device_array_class = numba_cuda.devicearray().DeviceNDArray
     return device_array_class(shape, strides, dtype, stream=stream, gpu_data=gpu_data)
@@ -78,6 +99,9 @@ def _require_integer_extents(shape: tuple) -> None:
 
 def _extent(shape: tuple, strides: tuple, itemsize: int) -> int:
     """The bytes an array of this layout spans (0 when it is empty), as numba-cuda counts."""
-    if 0 in shape:
+    size = 1
+    for n in shape:
+        size *= n
+    if not size or len(shape) != len(strides):  # numba-cuda's constructor sorts these out
         return 0
     return int(numba_cuda.cudadrv_driver().memory_size_from_info(shape, strides, itemsize))

@@ -2,7 +2,8 @@
 installed (``fastlaunch.install()``, ``python -m fastlaunch run``, ``FASTLAUNCH_INSTALL=1``),
 and numba-cuda's back on ``uninstall()``. Replaced: ``numba.cuda.<name>`` (and
 ``numba.cuda.api.<name>``) for the API functions, ``DeviceNDArray``'s ``copy_to_host``,
-``copy_to_device``, ``__getitem__`` and ``__setitem__``, and the
+``copy_to_device``, ``__getitem__``, ``__setitem__``, ``reshape``, ``ravel`` and
+``get_ipc_handle`` (the class stays numba-cuda's), and the
 module-level copies of ``numba.cuda.cudadrv.driver`` that numba-cuda's other paths use."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 from typing import Any
 
 from fastlaunch import _numba_compat as numba_cuda
-from fastlaunch.memory import arrays, streams, transfers
+from fastlaunch.memory import arrays, ipc, streams, transfers, views
 
 #: numba.cuda's API functions and their replacements
 API = {
@@ -28,8 +29,11 @@ API = {
 METHODS = {
     "copy_to_host": transfers.copy_to_host,
     "copy_to_device": transfers.copy_to_device,
-    "__getitem__": transfers.getitem,
+    "__getitem__": views.getitem,
     "__setitem__": transfers.setitem,
+    "reshape": views.reshape,
+    "ravel": views.ravel,
+    "get_ipc_handle": ipc.get_ipc_handle,
 }
 #: numba.cuda.cudadrv.driver's copy functions and their replacements
 DRIVER = {
@@ -64,7 +68,8 @@ def install() -> None:
         own = name in vars(owner)
         old = getattr(owner, name)
         _saved[(owner, name)] = (own, vars(owner).get(name))
-        transfers._originals.setdefault(name, old)
+        for originals in (transfers._originals, views._originals, ipc._originals):
+            originals.setdefault(name, old)
         setattr(owner, name, new)
 
 
@@ -79,4 +84,5 @@ def uninstall() -> None:
         else:
             delattr(owner, name)
     _saved.clear()
-    transfers._originals.clear()
+    for originals in (transfers._originals, views._originals, ipc._originals):
+        originals.clear()

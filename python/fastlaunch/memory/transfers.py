@@ -19,7 +19,8 @@ from typing import Any
 
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
-from fastlaunch.memory.allocation import allocate
+from fastlaunch.memory import objects
+from fastlaunch.memory.allocation import _ORDERED_WITH_LEGACY, allocate, note_stream
 
 #: dtype kinds whose arrays export their bytes through the buffer protocol
 _BUFFER_KINDS = frozenset("biufc")
@@ -27,10 +28,14 @@ _BUFFER_KINDS = frozenset("biufc")
 _DATETIME_KINDS = frozenset("Mm")
 
 
-def host_bytes(array: Any) -> Any:
-    """A contiguous NumPy array whose buffer export gives its bytes, or None."""
+def host_bytes(array: Any, exact: bool = False) -> Any:
+    """A contiguous NumPy array whose buffer export gives ``array``'s bytes, or None. With
+    ``exact``, only a ``numpy.ndarray`` itself (numba-cuda gives subclasses, such as its
+    mapped and managed arrays, which are device memory already, their own treatment)."""
     np = sys.modules.get("numpy")  # no NumPy imported: no NumPy array given
-    if np is None or not isinstance(array, np.ndarray):
+    if np is None:
+        return None
+    if type(array) is not np.ndarray and (exact or not isinstance(array, np.ndarray)):
         return None
     flags = array.flags
     if not (flags.c_contiguous or flags.f_contiguous):
@@ -54,22 +59,26 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
         if copy:
             to.copy_to_device(obj, stream=stream)
         return to
-    source = host_bytes(obj)
+    source = host_bytes(obj, exact=True)
     if source is None:  # scalars, records, lists, non-contiguous: numba-cuda's own path
         return _original_to_device()(obj, stream=stream, copy=copy)
     handle = stream_handle(stream)
-    nbytes = obj.nbytes
-    device_array_class = numba_cuda.devicearray().DeviceNDArray
-    gpu_data = allocate(nbytes, handle) if nbytes else None
-    array = device_array_class(obj.shape, obj.strides, obj.dtype, stream=stream, gpu_data=gpu_data)
-    if copy and nbytes:
-        _core.copy_to_device(_address(array), source, handle, nbytes)
+    if not obj.size:  # numba-cuda's constructor makes its null pointer
+        device_array_class = numba_cuda.devicearray().DeviceNDArray
+        return device_array_class(obj.shape, obj.strides, obj.dtype, stream=stream)
+    shape, strides, dtype = obj.shape, obj.strides, obj.dtype
+    nbytes = numba_cuda.memory_classes().memory_size_from_info(shape, strides, dtype.itemsize)
+    gpu_data = allocate(nbytes, handle)
+    array = objects.device_ndarray(shape, strides, dtype, stream, gpu_data)
+    if copy:
+        _core.copy_to_device(gpu_data.device_ctypes_pointer.value, source, handle, obj.nbytes)
     return array
 
 
 def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
     """numba-cuda's ``DeviceNDArray.copy_to_host``, its copy made on the Rust core."""
-    if ary is not None and host_bytes(ary) is None or any(s < 0 for s in self.strides):
+    strides = self.strides
+    if ary is not None and host_bytes(ary) is None or (strides and min(strides) < 0):
         return _original_copy_to_host()(self, ary, stream)
     import numpy as np
 
@@ -78,7 +87,8 @@ def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
     if ary is None:
         host = np.empty(shape=nbytes, dtype=np.byte)
     else:
-        numba_cuda.devicearray().check_array_compatibility(self, ary)
+        if not (ary.dtype == self.dtype and ary.shape == self.shape and ary.strides == strides):
+            numba_cuda.devicearray().check_array_compatibility(self, ary)  # raises, or agrees
         host = ary
     if nbytes:
         target = host_bytes(host)
@@ -87,18 +97,12 @@ def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
         return host
     if self.size == 0:
         return np.ndarray(shape=self.shape, dtype=self.dtype, buffer=host)
-    return np.ndarray(shape=self.shape, dtype=self.dtype, strides=self.strides, buffer=host)
-
-
-def getitem(self: Any, item: Any) -> Any:
-    """numba-cuda's ``DeviceNDArray.__getitem__`` without its context lookup (a view needs
-    none: it allocates nothing)."""
-    return self._do_getitem(item)
+    return np.ndarray(shape=self.shape, dtype=self.dtype, strides=strides, buffer=host)
 
 
 def setitem(self: Any, key: Any, value: Any) -> None:
     """numba-cuda's ``DeviceNDArray.__setitem__`` without its context lookup; its copies go
-    through the staged copies above."""
+    through the staged copies below."""
     self._do_setitem(key, value)
 
 
@@ -140,7 +144,9 @@ def host_to_device(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
     source = host_bytes(src)
     if source is None or source.nbytes < size:
         return _original("host_to_device")(dst, src, size, stream=stream)
-    _core.copy_to_device(_device_address(dst), source, stream_handle(stream), size)
+    handle = stream_handle(stream)
+    _core.copy_to_device(_device_address(dst), source, handle, size)
+    _note(dst, handle)
     return None
 
 
@@ -155,7 +161,17 @@ def device_to_host(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
 
 def device_to_device(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
     """numba-cuda's ``driver.device_to_device``, in stream order."""
-    _core.copy_device(_device_address(dst), _device_address(src), size, stream_handle(stream))
+    handle = stream_handle(stream)
+    _core.copy_device(_device_address(dst), _device_address(src), size, handle)
+    _note(dst, handle)
+    _note(src, handle)
+
+
+def _note(obj: Any, handle: int) -> None:
+    """The free of ``obj``'s pool memory (if it is that) follows ``handle``'s work too."""
+    if handle not in _ORDERED_WITH_LEGACY:
+        gpu_data = getattr(obj, "gpu_data", obj)
+        note_stream(gpu_data, handle)
 
 
 def _address(array: Any) -> int:

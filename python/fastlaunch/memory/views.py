@@ -1,0 +1,100 @@
+"""numba-cuda's ``DeviceNDArray`` views made without its slow paths: ``d[a:b]``
+(``__getitem__``), ``reshape`` and ``ravel``. Each computes what numba-cuda computes (its
+``dummyarray`` where the case is not the plain one) and builds the view as
+``objects.device_ndarray`` and ``objects.owned_view`` do; whatever is outside the cases
+handled here goes to numba-cuda's own code (``_do_getitem``, the original methods), so its
+results and errors stay its own. Neither asks numba-cuda for its context (a view allocates
+nothing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastlaunch import _numba_compat as numba_cuda
+from fastlaunch.memory import objects
+
+
+def getitem(self: Any, item: Any) -> Any:
+    """``DeviceNDArray.__getitem__``: a slice of the first axis with step 1 of an array with
+    positive strides (``d[1:-1]``, ``d[:n]``) is built here; the rest is numba-cuda's
+    ``_do_getitem``."""
+    if type(item) is slice and item.step is None:
+        view = _first_axis_slice(self, item)
+        if view is not None:
+            return view
+    return self._do_getitem(item)
+
+
+def _first_axis_slice(self: Any, item: slice) -> Any:
+    kinds = numba_cuda.memory_classes()
+    shape = self.shape
+    if not shape or type(self) is not kinds.DeviceNDArray:
+        return None
+    gpu_data = self.gpu_data
+    if type(gpu_data) is not kinds.OwnedPointer:
+        return None
+    strides = self.strides
+    if min(strides) <= 0 or min(shape) <= 0:
+        return None  # numba-cuda's dummy array treats these its own way
+    stride = strides[0]
+    start, stop, _ = item.indices(shape[0])
+    count = stop - start
+    if count <= 0:
+        return None
+    # numba-cuda's extent of the sliced dummy array: first element to one past the last
+    begin = start * stride
+    end = begin + (count - 1) * stride + self.dtype.itemsize
+    for n, s in zip(shape[1:], strides[1:], strict=True):
+        end += (n - 1) * s
+    if not int(gpu_data._view.device_pointer):
+        return None
+    memory = objects.owned_view(gpu_data, begin, end)
+    return objects.device_ndarray((count, *shape[1:]), strides, self.dtype, self.stream, memory)
+
+
+def reshape(self: Any, *newshape: Any, **kws: Any) -> Any:
+    """``DeviceNDArray.reshape``: numba-cuda's steps, the view built without
+    ``DeviceNDArray.__init__``."""
+    if not _plain(self):
+        return original("reshape")(self, *newshape, **kws)
+    if len(newshape) == 1 and isinstance(newshape[0], (tuple, list)):
+        newshape = newshape[0]
+    if newshape == self.shape:  # numba-cuda's reshape gives its view no stream
+        return objects.device_ndarray(self.shape, self.strides, self.dtype, 0, self.gpu_data)
+    dummy = self._dummy
+    newarr, extents = dummy.reshape(*newshape, **kws)
+    if extents == [dummy.extent]:
+        return objects.device_ndarray(newarr.shape, newarr.strides, self.dtype, 0, self.gpu_data)
+    raise NotImplementedError("operation requires copying")
+
+
+def ravel(self: Any, order: str = "C", stream: Any = 0) -> Any:
+    """``DeviceNDArray.ravel``: numba-cuda's steps, the view built without
+    ``DeviceNDArray.__init__``."""
+    if not _plain(self):
+        return original("ravel")(self, order=order, stream=stream)
+    stream = self.stream if not stream else stream
+    dummy = self._dummy
+    newarr, extents = dummy.ravel(order=order)
+    if extents == [dummy.extent]:
+        return objects.device_ndarray(
+            newarr.shape, newarr.strides, self.dtype, stream, self.gpu_data
+        )
+    raise NotImplementedError("operation requires copying")
+
+
+def _plain(array: Any) -> bool:
+    """A non-empty ``DeviceNDArray`` itself (not a subclass): numba-cuda's constructor would
+    keep its memory (an empty one gets a new null pointer)."""
+    return type(array) is numba_cuda.memory_classes().DeviceNDArray and array.size > 0
+
+
+#: numba-cuda's methods, as they were before install.py replaced them
+_originals: dict[str, Any] = {}
+
+
+def original(name: str) -> Any:
+    found = _originals.get(name)
+    if found is not None:
+        return found
+    return getattr(numba_cuda.memory_classes().DeviceNDArray, name)
