@@ -247,3 +247,80 @@ print(len(results) > 100, all(results), results.count(False))
 """
     )
     assert lines == ["True True 0"]
+
+
+def test_frees_follow_the_streams_copies_ran_on(run_on_stand_in):
+    """The free of pool memory waits for its allocation stream and for every stream a copy
+    into or out of it ran on, other than the legacy default stream's kin (0, 1, 2)."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from fastlaunch.memory import views
+host = np.arange(16.0)
+d = fl.device_array(16, stream=7001)
+e = fl.device_array(16)
+address = d.gpu_data.device_ctypes_pointer.value
+transfers.host_to_device(d, host, host.nbytes, stream=7002)
+transfers.host_to_device(views.getitem(d, slice(2, None)), host[2:], 8 * 14, stream=7002)
+transfers.device_to_device(e, d, host.nbytes, stream=7003)
+transfers.host_to_device(d, host, host.nbytes, stream=0)
+print(allocation._streams[address])
+with context.memory_manager.defer_cleanup():
+    del d
+    gc.collect()
+    items = [item for _, item, _ in context.deallocations._cons]
+print([after for pointer, _, after in items if pointer == address])
+"""
+    )
+    assert lines == ["[7001, 7002, 7003]", "[(7001, 7002, 7003)]"]
+
+
+def test_bad_input_raises_what_numba_cuda_raises_naming_the_argument(run_on_stand_in):
+    """What fastlaunch checks itself raises numba-cuda's exception class with the argument
+    named (the rest goes to numba-cuda's own code: tests/test_gpu_memory_api.py)."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+for call in (lambda: fl.device_array((-1, 3)), lambda: fl.device_array(-4, np.int8)):
+    try:
+        call()
+    except OverflowError as error:  # numba-cuda's cuMemAlloc(size_t) refuses a negative size
+        print("OverflowError", "shape" in str(error))
+for shape in ((2.0, 3), (2, "3")):
+    try:
+        fl.device_array(shape)
+    except TypeError as error:
+        print("TypeError", "shape" in str(error))
+d = fl.to_device(np.arange(6.0))
+for out in (np.zeros((2, 3)), np.zeros(6, np.int64)):
+    try:
+        transfers.copy_to_host(d, out)
+    except (TypeError, ValueError) as error:
+        print(type(error).__name__, "incompatible" in str(error))
+"""
+    )
+    assert lines == [
+        "OverflowError True",
+        "OverflowError True",
+        "TypeError True",
+        "TypeError True",
+        "ValueError True",
+        "TypeError True",
+    ]
+
+
+def test_ipc_handles_of_pool_memory_are_refused_with_a_reason(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from numba.cuda.cudadrv.driver import CudaAPIError
+from fastlaunch.memory import ipc, views
+d = fl.to_device(np.arange(4.0))
+for array in (d, views.getitem(d, slice(1, None)), views.reshape(d, 2, 2)):
+    try:
+        ipc.get_ipc_handle(array)
+    except CudaAPIError as error:
+        print(error.code.name, "stream-ordered pool" in str(error))
+"""
+    )
+    assert lines == ["CUDA_ERROR_NOT_SUPPORTED True"] * 3

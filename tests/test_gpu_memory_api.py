@@ -127,10 +127,10 @@ def test_transfers_on_every_kind_of_stream(make_stream):
 def slow_copy(out, a, spins):
     i = cuda.grid(1)
     if i < a.size:
-        t = 0
-        for _ in range(spins):  # keeps the stream busy for a while
-            t += 1
-        out[i] = a[i] + (t - spins)
+        t = a[i]
+        for _ in range(spins):  # keeps the stream busy (floating point: not folded away)
+            t = t * 0.5 + a[i] * 0.5  # stays a[i], exactly
+        out[i] = t
 
 
 def test_no_use_after_free_across_streams():
@@ -140,7 +140,7 @@ def test_no_use_after_free_across_streams():
     host = np.arange(1 << 16, dtype=np.float64)
     source = fl.to_device(host, stream=a_stream)
     out = fl.device_array_like(host, stream=a_stream)
-    slow_copy[(1 << 16) // 256, 256, a_stream](out, source, 1 << 16)
+    slow_copy[(1 << 16) // 256, 256, a_stream](out, source, 1 << 20)
     del source
     cuda.current_context().memory_manager.deallocations.clear()  # the free is enqueued now
     for _ in range(8):
@@ -266,3 +266,115 @@ def test_closing_the_context_with_pool_memory_outstanding():
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no exception ignored in a finalizer
     assert done.stdout.strip() == "True 0"
+
+
+VIEW_ITEMS = [slice(1, -1), slice(None, 3), slice(2, None), slice(3, 1), slice(None, None, 2)]
+
+
+@pytest.mark.parametrize("make", list(HOST_ARRAYS.values())[:2], ids=["C", "F"])
+def test_views_reshape_and_ravel_as_numba_cuda(make):
+    from fastlaunch.memory import views
+
+    host = make()
+    plain, fast = cuda.to_device(host), fl.to_device(host)
+    for item in VIEW_ITEMS:
+        theirs, ours = plain[item], views.getitem(fast, item)
+        assert type(ours) is DeviceNDArray and described(ours) == described(theirs)
+        assert ours.stream == theirs.stream and ours.alloc_size == theirs.alloc_size
+        assert np.array_equal(transfers.copy_to_host(ours), theirs.copy_to_host())
+    for shape in [(host.size,), (-1,), host.shape]:
+        theirs, ours = plain.reshape(*shape), views.reshape(fast, *shape)
+        assert described(ours) == described(theirs)
+        assert np.array_equal(transfers.copy_to_host(ours), theirs.copy_to_host())
+    for order in "CF":
+        try:
+            theirs = plain.ravel(order=order)
+        except NotImplementedError:
+            with pytest.raises(NotImplementedError):
+                views.ravel(fast, order=order)
+            continue
+        ours = views.ravel(fast, order=order)
+        assert described(ours) == described(theirs)
+        assert np.array_equal(transfers.copy_to_host(ours), theirs.copy_to_host())
+
+
+BAD_INPUT = {
+    "object dtype": lambda f: f.to_device(np.array([object(), 1], dtype=object)),
+    "not an array": lambda f: f.to_device(object()),
+    "strings": lambda f: f.to_device(np.array(["ab", "c"])),
+    "negative shape": lambda f: f.device_array((-1, 3)),
+    "float shape": lambda f: f.device_array((2.0, 3)),
+    "misaligned view": lambda f: f.to_device(
+        np.frombuffer(bytes(17), dtype=np.float64, offset=1, count=2)
+    ),
+}
+
+
+@pytest.mark.parametrize("call", BAD_INPUT.values(), ids=BAD_INPUT.keys())
+def test_bad_input_raises_what_numba_cuda_raises(call):
+    try:
+        plain = call(cuda)
+    except Exception as numba_error:
+        with pytest.raises(type(numba_error)):
+            call(fl)
+        return
+    fast = call(fl)  # numba-cuda takes it: so does fastlaunch, with the same result
+    assert type(fast) is type(plain) and described(fast) == described(plain)
+    if plain.dtype.kind != "O":  # (the bytes of object pointers make no host array)
+        assert np.array_equal(transfers.copy_to_host(fast), plain.copy_to_host())
+
+
+def test_frees_wait_for_a_copy_on_a_non_blocking_stream():
+    """An array allocated on the legacy stream is filled by a copy queued on a non-blocking
+    stream behind a long kernel, then dropped: its memory is not handed out before that copy
+    ran (the free follows the copy's stream), so arrays allocated and written on another
+    stream at once keep their contents."""
+    owner = _owned_stream_non_blocking()
+    side = cuda.external_stream(owner.handle)
+    other = flm.stream()
+    n = 1 << 16
+    host = np.arange(n, dtype=np.float64)
+    busy_in, busy_out = fl.to_device(host), fl.device_array(n)
+    cuda.synchronize()
+    slow_copy[n // 256, 256, side](busy_out, busy_in, 1 << 20)  # keeps `side` busy
+    dropped = fl.device_array(n)
+    transfers.copy_to_device(dropped, host, stream=side)  # runs after the long kernel
+    del dropped
+    cuda.current_context().memory_manager.deallocations.clear()
+    kept = []
+    for _ in range(8):
+        fresh = fl.device_array(n, stream=other)
+        transfers.copy_to_device(fresh, np.full(n, -1.0), stream=other)
+        kept.append(fresh)
+    other.synchronize()
+    side.synchronize()
+    for fresh in kept:
+        assert (transfers.copy_to_host(fresh) == -1.0).all()
+
+
+def _owned_stream_non_blocking():
+    _owned_streams.append(_core.Stream.create(True))
+    return _owned_streams[-1]
+
+
+def test_installed_ipc_refuses_pool_memory_with_a_reason_and_keeps_numba_cudas_own():
+    with fl.install():
+        pooled = cuda.to_device(np.arange(4.0))
+        with pytest.raises(CudaAPIError, match="stream-ordered pool"):
+            pooled.get_ipc_handle()
+        with pytest.raises(CudaAPIError, match="stream-ordered pool"):
+            pooled[1:].get_ipc_handle()
+        own = DeviceNDArray(pooled.shape, pooled.strides, pooled.dtype)  # numba-cuda's memory
+        own.copy_to_device(pooled)
+        handle = own.get_ipc_handle()
+        assert handle is not None
+
+
+def test_installed_views_are_fastlaunchs_and_numba_cudas_come_back():
+    originals = {n: getattr(DeviceNDArray, n) for n in ("__getitem__", "reshape", "ravel")}
+    with fl.install():
+        d = cuda.to_device(np.arange(10.0))
+        assert d[1:-1].copy_to_host().tolist() == list(np.arange(1.0, 9.0))
+        assert d.reshape(2, 5).ravel().copy_to_host().tolist() == list(np.arange(10.0))
+        assert d[3] == 3.0  # an element: numba-cuda's path, copied through fastlaunch
+    assert {n: getattr(DeviceNDArray, n) for n in originals} == originals

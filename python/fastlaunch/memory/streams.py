@@ -20,8 +20,13 @@ _idle: dict[int, list[Any]] = {}
 def stream() -> Any:
     """numba-cuda's ``cuda.stream()``: a ``Stream`` of numba-cuda's over a pooled stream."""
     key, ctx = context()
-    idle = _idle.setdefault(key, [])
-    owned = idle.pop() if idle else _core.Stream.create(False)
+    idle = _idle.get(key)
+    if idle is None:
+        idle = _idle.setdefault(key, [])
+    try:
+        owned = idle.pop()
+    except IndexError:  # none idle (another thread may have taken the last)
+        owned = _core.Stream.create(False)
     made = ctx.create_external_stream(owned.handle)
     made.external = False  # fastlaunch's, as numba-cuda's own streams are numba-cuda's
     weakref.finalize(made, idle.append, owned)
