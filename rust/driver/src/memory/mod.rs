@@ -145,6 +145,55 @@ impl Driver {
         PointerLocation::Device(ordinal)
     }
 
+    /// Copies `host` to `device` in `stream`'s order, straight from `host` (no staging: what a
+    /// stream capture records, as numba-cuda's own copies do).
+    ///
+    /// # Safety
+    /// `device` must be valid device memory of `host.len()` bytes until the copy has run.
+    pub unsafe fn copy_host_to_device_async(
+        &self,
+        device: CUdeviceptr,
+        host: &[u8],
+        stream: usize,
+    ) -> Result<()> {
+        self.check(
+            // SAFETY: per the caller for `device`; `host` is readable for its length.
+            unsafe {
+                (self.api.memcpy_htod_async)(
+                    device,
+                    host.as_ptr().cast(),
+                    host.len(),
+                    stream as sys::CUstream,
+                )
+            },
+            "copying host memory to the device",
+        )
+    }
+
+    /// Copies `device` into `host` in `stream`'s order, straight into `host` (no staging).
+    ///
+    /// # Safety
+    /// `device` must be valid device memory of `host.len()` bytes.
+    pub unsafe fn copy_device_to_host_async(
+        &self,
+        host: &mut [u8],
+        device: CUdeviceptr,
+        stream: usize,
+    ) -> Result<()> {
+        self.check(
+            // SAFETY: per the caller for `device`; `host` is writable for its length.
+            unsafe {
+                (self.api.memcpy_dtoh_async)(
+                    host.as_mut_ptr().cast(),
+                    device,
+                    host.len(),
+                    stream as sys::CUstream,
+                )
+            },
+            "copying device memory to the host",
+        )
+    }
+
     /// Copies `len` bytes between device allocations in `stream`'s order.
     ///
     /// # Safety

@@ -1,7 +1,9 @@
 //! Copies between host buffers and device memory, in a stream's order, through the
 //! context's staging ring (`fastlaunch_driver::StagingRing`), and device-to-device copies and
 //! sets. The GIL is let go where a call can wait: copies back (until their bytes are in) and
-//! copies larger than a staging slot.
+//! copies larger than a staging slot. On a stream being captured into a graph the copies go
+//! straight from and to the host memory, as numba-cuda's do (a graph would replay a staging
+//! slot's later contents), and the driver accepts or refuses them as it does numba-cuda's.
 
 use fastlaunch_driver::StagingRing;
 use pyo3::prelude::*;
@@ -25,11 +27,17 @@ pub(crate) fn copy_to_device(
     let buffer = HostBuffer::take(host, false, "host")?;
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
+    let capturing = driver.stream_is_capturing(stream)?;
     let copy = move || {
+        // SAFETY: the buffer stays exported (and so in place) until `buffer` drops after this;
+        // the caller gives a device range of at least `len` bytes.
+        let host = unsafe { std::slice::from_raw_parts(address as *const u8, len) };
+        if capturing {
+            // a graph would replay a staging slot's later contents: copy as numba-cuda does
+            // SAFETY: as above.
+            return unsafe { driver.copy_host_to_device_async(pointer, host, stream) };
+        }
         with_context_memory(driver, &context, |memory| {
-            // SAFETY: the buffer stays exported (and so in place) until `buffer` drops after
-            // this; the caller gives a device range of at least `len` bytes.
-            let host = unsafe { std::slice::from_raw_parts(address as *const u8, len) };
             // SAFETY: as above.
             unsafe { memory.ring.copy_to_device(pointer, host, stream) }
         })
@@ -57,13 +65,19 @@ pub(crate) fn copy_to_host(
     let buffer = HostBuffer::take(host, true, "host")?;
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
+    let capturing = driver.stream_is_capturing(stream)?;
     let copied = py.detach(move || {
-        with_context_memory(driver, &context, |memory| {
-            // SAFETY: the writable export stays (and the memory in place) until `buffer`
-            // drops after this; nothing else writes it meanwhile under the GIL's absence but
-            // other threads, as with any NumPy array handed to C.
-            let host = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) };
+        // SAFETY: the writable export stays (and the memory in place) until `buffer` drops
+        // after this; nothing else writes it meanwhile under the GIL's absence but other
+        // threads, as with any NumPy array handed to C.
+        let host = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) };
+        if capturing {
+            // a graph cannot wait for a staging slot's event: copy as numba-cuda does
             // SAFETY: the caller gives a device range of at least `len` bytes.
+            return unsafe { driver.copy_device_to_host_async(host, pointer, stream) };
+        }
+        with_context_memory(driver, &context, |memory| {
+            // SAFETY: as above.
             unsafe { memory.ring.copy_to_host(host, pointer, stream) }
         })
     });
