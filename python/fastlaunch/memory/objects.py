@@ -5,7 +5,8 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
   existing memory (its ``_dummy`` from ``dummyarray.Array.from_desc``, which numba-cuda caches
   per layout), without ``__init__``'s shape normalisation, done by the caller;
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
-  ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory;
+  ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
+  ``_finalizer`` a ``_Release``: what ``MemoryPointer.free`` uses of a ``weakref.finalize``);
 - ``owned_view``: what ``gpu_data.view(begin, end)`` returns for an ``OwnedPointer``
   (a ``MemoryPointer`` view of the owner, in a new ``OwnedPointer``).
 
@@ -76,9 +77,45 @@ def pool_memory(context: Any, address: int, nbytes: int, finalizer: Any) -> Any:
         handle=pointer,
         _owner=None,
     )
-    memory._finalizer = weakref.finalize(memory, finalizer)
+    memory._finalizer = _Release(memory, finalizer)
     proxy = _proxy(memory)
     return memory, _owned(kinds, proxy, proxy, address)
+
+
+class _Release:
+    """What ``MemoryPointer.free`` asks of the ``weakref.finalize`` numba-cuda keeps as a
+    pointer's ``_finalizer``: ``alive``, and calling it runs the release once (again: nothing);
+    the release also runs when the pointer is collected unreleased (its context was reset).
+    Half the cost of a ``weakref.finalize``; no release at interpreter exit."""
+
+    __slots__ = ("_callback", "_reference")
+
+    def __init__(self, owner: Any, callback: Any) -> None:
+        self._callback = callback
+        self._reference = reference = _ref(owner, _collected)
+        _pending[reference] = self
+
+    @property
+    def alive(self) -> bool:
+        return self._callback is not None
+
+    def __call__(self) -> Any:
+        callback = self._callback
+        if callback is None:
+            return None
+        self._callback = None
+        _pending.pop(self._reference, None)
+        return callback()
+
+
+#: the releases of pointers still alive, by the weak reference to each
+_pending: dict[Any, _Release] = {}
+
+
+def _collected(reference: Any) -> None:
+    release = _pending.get(reference)
+    if release is not None:
+        release()
 
 
 def owned_view(gpu_data: Any, begin: int, end: int) -> Any:
