@@ -324,3 +324,21 @@ for array in (d, views.getitem(d, slice(1, None)), views.reshape(d, 2, 2)):
 """
     )
     assert lines == ["CUDA_ERROR_NOT_SUPPORTED True"] * 3
+
+
+def test_streams_are_numba_cudas_and_come_back_to_the_pool(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from numba.cuda.cudadrv.driver import Stream
+from fastlaunch.memory import streams
+made = streams.stream()
+handle = int(made.handle)
+described = repr(made) == f"<CUDA stream {handle}>"
+print(type(made) is Stream, made.external, list(vars(made)), described)
+del made
+gc.collect()
+print(int(streams.stream().handle) == handle)  # the same stream again, from the pool
+"""
+    )
+    assert lines == ["True False ['handle', 'external'] True", "True"]

@@ -394,7 +394,7 @@ def memory_classes() -> Any:
     """What ``fastlaunch.memory.objects`` builds numba-cuda's objects from, looked up once:
     ``DeviceNDArray``, ``MemoryPointer``, ``AutoFreePointer``, ``OwnedPointer``, the
     ``CUdeviceptr`` they hold and the ctypes type of their ``device_ctypes_pointer``,
-    ``dummyarray.Array.from_desc`` (cached per layout by
+    ``Stream`` and its ``CUstream``, ``dummyarray.Array.from_desc`` (cached per layout by
     numba-cuda, 0.26 to 0.30) and ``memory_size_from_info``. Their attributes, which
     ``objects`` sets as their constructors do, are the same in 0.26 to 0.30."""
     import types
@@ -412,6 +412,10 @@ def memory_classes() -> Any:
         AutoFreePointer=driver.AutoFreePointer,
         OwnedPointer=driver.OwnedPointer,
         CUdeviceptr=driver.binding.CUdeviceptr,
+        Stream=driver.Stream,
+        # the handle type its Streams hold: binding.CUstream in 0.30, drvapi.cu_stream in 0.26
+        # (create_external_stream uses no context)
+        CUstream=type(driver.Context.create_external_stream(None, 0).handle),
         from_desc=dummyarray.Array.from_desc,
         memory_size_from_info=driver.memory_size_from_info,
     )

@@ -7,6 +7,7 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
   ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
   ``_finalizer`` a ``_Release``: what ``MemoryPointer.free`` uses of a ``weakref.finalize``);
+- ``numba_stream``: a ``Stream`` as ``Context.create_stream`` makes one;
 - ``owned_view``: what ``gpu_data.view(begin, end)`` returns for an ``OwnedPointer``
   (a ``MemoryPointer`` view of the owner, in a new ``OwnedPointer``).
 
@@ -116,6 +117,22 @@ def _collected(reference: Any) -> None:
     release = _pending.get(reference)
     if release is not None:
         release()
+
+
+def numba_stream(handle: int, release: Any, argument: Any) -> Any:
+    """A numba-cuda ``Stream`` over ``handle``, as ``Context.create_stream`` makes one (not
+    external); when it is collected, ``release(argument)`` runs (where numba-cuda's
+    finalizer queues the stream's destruction)."""
+    kinds = numba_cuda.memory_classes()
+    made = _new(kinds.Stream)
+    made.__dict__.update(handle=kinds.CUstream(handle), external=False)
+
+    def collected(reference: Any) -> None:
+        _releases.discard(reference)
+        release(argument)
+
+    _releases.add(_ref(made, collected))
+    return made
 
 
 def owned_view(gpu_data: Any, begin: int, end: int) -> Any:

@@ -7,10 +7,10 @@ user's, in stream order."""
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from fastlaunch import _core
+from fastlaunch.memory import objects
 from fastlaunch.memory.allocation import context
 
 #: idle streams (``_core.Stream``, owning their handle) per context key
@@ -19,7 +19,7 @@ _idle: dict[int, list[Any]] = {}
 
 def stream() -> Any:
     """numba-cuda's ``cuda.stream()``: a ``Stream`` of numba-cuda's over a pooled stream."""
-    key, ctx = context()
+    key = context()[0]
     idle = _idle.get(key)
     if idle is None:
         idle = _idle.setdefault(key, [])
@@ -27,10 +27,7 @@ def stream() -> Any:
         owned = idle.pop()
     except IndexError:  # none idle (another thread may have taken the last)
         owned = _core.Stream.create(False)
-    made = ctx.create_external_stream(owned.handle)
-    made.external = False  # fastlaunch's, as numba-cuda's own streams are numba-cuda's
-    weakref.finalize(made, idle.append, owned)
-    return made
+    return objects.numba_stream(owned.handle, idle.append, owned)
 
 
 def synchronize() -> None:
