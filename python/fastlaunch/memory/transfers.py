@@ -87,7 +87,7 @@ def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
     if ary is None:
         host = np.empty(shape=nbytes, dtype=np.byte)
     else:
-        if not (ary.dtype == self.dtype and ary.shape == self.shape and ary.strides == strides):
+        if not _same_layout(self, ary):
             numba_cuda.devicearray().check_array_compatibility(self, ary)  # raises, or agrees
         host = ary
     if nbytes:
@@ -125,10 +125,19 @@ def copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
     import numpy as np
 
     # the same contiguity as the device array (a host copy only where one is needed)
-    order = "C" if self_core.flags["C_CONTIGUOUS"] else "F"
+    order = "C" if flags["C_CONTIGUOUS"] else "F"
     ary_core = np.array(ary_core, order=order, subok=True, copy=None)
-    devicearray.check_array_compatibility(self_core, ary_core)
+    if not _same_layout(self_core, ary_core):
+        devicearray.check_array_compatibility(self_core, ary_core)  # raises, or agrees
     host_to_device(self, ary_core, self.alloc_size, stream=stream)
+
+
+def _same_layout(device: Any, host: Any) -> bool:
+    """Whether ``device`` and ``host`` have one dtype, shape and strides: then numba-cuda's
+    ``check_array_compatibility`` (which squeezes both, making a device array) agrees."""
+    return (
+        device.dtype == host.dtype and device.shape == host.shape and device.strides == host.strides
+    )
 
 
 def _array_core(array: Any) -> Any:
