@@ -127,3 +127,57 @@ except IndexError as e:
 """
     )
     assert lines == ["1073741824", "1 b'\\x05\\x05'", "0", "True", "IndexError"]
+
+
+def test_every_allocation_is_returned_once_the_ring_is_made(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+fake.fake_outstanding_bytes.restype = ctypes.c_size_t
+scratch = _core.mem_alloc(16)
+for _ in range(4):  # the ring's four pinned slots, made on first use and kept
+    _core.copy_to_device(scratch, b"x")
+_core.mem_free(scratch)
+count, nbytes = outstanding(), fake.fake_outstanding_bytes()
+pointers = [_core.mem_alloc(n) for n in (1, 32 * 1024, 3 * 1024 * 1024)]
+print(outstanding() - count, fake.fake_outstanding_bytes() - nbytes)
+for pointer in pointers:
+    _core.copy_to_device(pointer, b"abc")
+    _core.mem_free(pointer)
+print(outstanding() - count, fake.fake_outstanding_bytes() - nbytes)
+print(_core.mem_alloc(0), outstanding() - count)
+_core.mem_free(0)
+"""
+    )
+    assert lines == [f"3 {1 + 32 * 1024 + 3 * 1024 * 1024}", "0 0", "0 0"]
+
+
+def test_streams_and_events_by_handle(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+blocking, non_blocking = _core.stream_create(), _core.stream_create(non_blocking=True)
+print(blocking != non_blocking, blocking not in (0, 1, 2))
+start, end = _core.event_create(), _core.event_create(timing=False)
+_core.event_record(start)
+_core.event_record(end, non_blocking)
+_core.stream_wait_event(blocking, end)
+device = _core.mem_alloc(8, non_blocking)
+_core.copy_to_device(device, b"12345678", non_blocking)
+_core.mem_free(device, blocking, (non_blocking,))
+_core.stream_synchronize(blocking)
+_core.event_synchronize(end)
+print(_core.stream_query(blocking), _core.event_query(end))
+print(type(_core.event_elapsed_ms(start, end)).__name__)
+_core.context_synchronize()
+for event in (start, end):
+    _core.event_destroy(event)
+for stream in (blocking, non_blocking):
+    _core.stream_destroy(stream)
+try:
+    _core.stream_create(non_blocking=True, flags=1)
+except TypeError:
+    print("TypeError")
+"""
+    )
+    assert lines == ["True True", "True True", "float", "TypeError"]

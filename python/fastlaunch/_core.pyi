@@ -67,6 +67,18 @@ __all__ = [
     "pool_trim",
     "pinned_alloc",
     "pinned_free",
+    "stream_create",
+    "stream_destroy",
+    "stream_synchronize",
+    "stream_query",
+    "stream_wait_event",
+    "event_create",
+    "event_destroy",
+    "event_record",
+    "event_synchronize",
+    "event_query",
+    "event_elapsed_ms",
+    "context_synchronize",
     "pop_device",
     "primary_context",
     "push_device",
@@ -355,6 +367,43 @@ def pool_usage(device: int) -> tuple[int, int]:
 def pool_trim(device: int, keep_bytes: int = 0) -> None: ...
 def pinned_alloc(nbytes: int) -> int: ...
 def pinned_free(pointer: int) -> None: ...
+
+# Streams and events by raw handle (rust/ext/src/memory/handles.rs), owned by the caller:
+# each handle is destroyed once, and not used after.
+def stream_create(non_blocking: bool = False) -> int:
+    """A new stream in the current context (device 0's primary context when none is current);
+    ``non_blocking``: not synchronized with the legacy default stream."""
+
+def stream_destroy(handle: int) -> None:
+    """Destroys a stream from ``stream_create``; work already on it still runs."""
+
+def stream_synchronize(handle: int) -> None:
+    """Waits (without the GIL) until all work submitted to the stream has finished."""
+
+def stream_query(handle: int) -> bool:
+    """Whether all work submitted to the stream has finished."""
+
+def stream_wait_event(stream: int, event: int) -> None:
+    """Makes later work on ``stream`` wait, on the GPU, for ``event``'s recorded work."""
+
+def event_create(timing: bool = True) -> int:
+    """A new event in the current context; ``timing=False`` is cheaper to record and wait on."""
+
+def event_destroy(event: int) -> None: ...
+def event_record(event: int, stream: int = 0) -> None:
+    """Records ``event`` after the work submitted to ``stream`` so far."""
+
+def event_synchronize(event: int) -> None:
+    """Waits (without the GIL) for the work the event was last recorded after."""
+
+def event_query(event: int) -> bool:
+    """Whether the work the event was last recorded after has finished."""
+
+def event_elapsed_ms(start: int, end: int) -> float:
+    """Milliseconds from ``start`` to ``end``: timing events, both recorded and complete."""
+
+def context_synchronize() -> None:
+    """Waits for all work in the current context: ``synchronize()`` under another name."""
 
 @final
 class HeldArgs:

@@ -68,7 +68,24 @@ int cuKernelGetFunction(void **function) { *function = &kernel_token; return OK;
 int cuKernelGetAttribute(int *value) { *value = 1024; return OK; }
 int cuKernelSetAttribute(void) { return OK; }
 int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks) { *blocks = 8; return OK; }
-int cuStreamCreate(void **stream) { *stream = &context_token; return OK; }
+/* Streams: each created one a handle of its own, remembering its flags (cuStreamGetFlags);
+ * the default streams (0, 1, 2) and unknown handles have flags 0. */
+#define MAX_STREAMS 1024
+static char stream_tokens[MAX_STREAMS];
+static unsigned stream_flags[MAX_STREAMS];
+static size_t streams_created;
+int cuStreamCreate(void **stream, unsigned flags) {
+    size_t slot = streams_created++ % MAX_STREAMS;
+    stream_flags[slot] = flags;
+    *stream = &stream_tokens[slot];
+    return OK;
+}
+int cuStreamGetFlags(void *stream, unsigned *flags) {
+    char *token = stream;
+    int ours = token >= stream_tokens && token < stream_tokens + MAX_STREAMS;
+    *flags = ours ? stream_flags[token - stream_tokens] : 0;
+    return OK;
+}
 int cuStreamDestroy_v2(void) { return OK; }
 int cuStreamSynchronize(void) { return OK; }
 int cuStreamQuery(void) { return OK; }

@@ -7,7 +7,7 @@
 //!
 //! - [`context`]: devices, primary contexts and the per-thread current context;
 //! - [`library`]: cubin images loaded with the library API, kernels and their attributes;
-//! - [`stream`]: streams and events;
+//! - [`stream`]: streams and events, owned or by raw handle;
 //! - [`memory`]: device allocations and copies (tests, host-array transfers);
 //! - [`launch`]: `cuLaunchKernel` / `cuLaunchKernelEx`;
 //! - [`graph`]: CUDA graphs made by stream capture, replayed and updated.
@@ -33,7 +33,7 @@ pub use launch::{Function, LaunchDims, LaunchOptions};
 pub use library::{loaded_count, Kernel, KernelAttribute, Library};
 pub use memory::{DeviceBuffer, MemoryPool, PinnedBuffer, PointerLocation, PoolUsage, StagingRing};
 pub use params::ParamBuffer;
-pub use stream::{Event, Stream, LEGACY_STREAM, PER_THREAD_STREAM};
+pub use stream::{Event, Stream, LEGACY_STREAM, PER_THREAD_STREAM, STREAM_NON_BLOCKING};
 pub use sys::CUresult;
 
 use sys::{Api, CUDA_ERROR_NO_DEVICE, CUDA_SUCCESS};

@@ -1,11 +1,23 @@
-//! Streams and events.
+//! Streams and events: owned wrappers ([`Stream`], [`Event`]), and the same calls on raw
+//! handles ([`Driver::create_stream`], [`Driver::record_event`], ...) for callers that own
+//! handles themselves (the memory API's Python objects keep them as ints).
+//!
+//! Calls on a handle are safe functions, as elsewhere in this crate: the driver rejects
+//! handles it does not know with an error, and a handle is only as good as its owner keeps
+//! it. Destroying one is `unsafe`: a handle destroyed twice, or used after, may name another
+//! object by then.
 
+use std::ffi::c_uint;
 use std::ptr;
 
 /// The legacy default stream (`CU_STREAM_LEGACY`): synchronises with every blocking stream.
 pub const LEGACY_STREAM: usize = crate::sys::CU_STREAM_LEGACY;
 /// The calling thread's default stream (`CU_STREAM_PER_THREAD`).
 pub const PER_THREAD_STREAM: usize = crate::sys::CU_STREAM_PER_THREAD;
+
+/// `cuStreamCreate`'s flag for a stream that does not synchronise with the legacy default
+/// stream (`CU_STREAM_NON_BLOCKING`).
+pub const STREAM_NON_BLOCKING: u32 = crate::sys::CU_STREAM_NON_BLOCKING;
 
 use crate::error::Result;
 use crate::sys::{self, CUevent, CUstream};
@@ -27,20 +39,10 @@ impl Stream {
     /// A new stream in the current context; `non_blocking` streams do not
     /// synchronise with the legacy default stream.
     pub fn create(driver: &'static Driver, non_blocking: bool) -> Result<Stream> {
-        let flags = if non_blocking {
-            sys::CU_STREAM_NON_BLOCKING
-        } else {
-            0
-        };
-        let mut handle: CUstream = ptr::null_mut();
-        driver.check(
-            // SAFETY: valid out-pointer.
-            unsafe { (driver.api.stream_create)(&mut handle, flags) },
-            "creating a stream",
-        )?;
+        let flags = if non_blocking { STREAM_NON_BLOCKING } else { 0 };
         Ok(Stream {
             driver,
-            handle,
+            handle: driver.create_stream(flags)? as CUstream,
             owned: true,
         })
     }
@@ -59,30 +61,17 @@ impl Stream {
     }
 
     pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: a valid stream handle.
-        self.driver.check(
-            unsafe { (self.driver.api.stream_synchronize)(self.handle) },
-            "synchronizing a stream",
-        )
+        self.driver.stream_synchronize(self.handle())
     }
 
     /// Whether all work submitted to the stream has finished.
     pub fn query(&self) -> Result<bool> {
-        // SAFETY: a valid stream handle.
-        match unsafe { (self.driver.api.stream_query)(self.handle) } {
-            sys::CUDA_SUCCESS => Ok(true),
-            sys::CUDA_ERROR_NOT_READY => Ok(false),
-            code => Err(self.driver.error(code, "querying a stream")),
-        }
+        self.driver.stream_query(self.handle())
     }
 
     /// Makes future work on this stream wait for `event` (no host blocking).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        // SAFETY: valid stream and event handles.
-        self.driver.check(
-            unsafe { (self.driver.api.stream_wait_event)(self.handle, event.handle, 0) },
-            "making a stream wait on an event",
-        )
+        self.driver.stream_wait_event(self.handle(), event.handle())
     }
 }
 
@@ -102,11 +91,143 @@ impl Driver {
     /// `event` (recorded on `producer`). The host never blocks.
     pub fn order_after(&self, stream: usize, producer: usize, event: &Event) -> Result<()> {
         event.record(producer)?;
-        // SAFETY: valid stream and event handles.
+        self.stream_wait_event(stream, event.handle())
+    }
+
+    /// A new stream in the current context, created with `flags` (0, or
+    /// [`STREAM_NON_BLOCKING`]); its handle, destroyed with [`Driver::destroy_stream`].
+    pub fn create_stream(&self, flags: u32) -> Result<usize> {
+        let mut handle: CUstream = ptr::null_mut();
         self.check(
-            unsafe { (self.api.stream_wait_event)(stream as CUstream, event.handle, 0) },
-            "making a stream wait on an event",
+            // SAFETY: valid out-pointer; the driver checks the flags.
+            unsafe { (self.api.stream_create)(&mut handle, flags as c_uint) },
+            "creating a stream (cuStreamCreate)",
+        )?;
+        Ok(handle as usize)
+    }
+
+    /// Destroys a stream from [`Driver::create_stream`]; work already submitted to it still
+    /// runs to completion (the driver releases the stream afterwards).
+    ///
+    /// # Safety
+    /// `stream` came from `create_stream`, is destroyed once, and is not used afterwards.
+    pub unsafe fn destroy_stream(&self, stream: usize) -> Result<()> {
+        self.check(
+            // SAFETY: per the caller.
+            unsafe { (self.api.stream_destroy)(stream as CUstream) },
+            "destroying a stream (cuStreamDestroy)",
         )
+    }
+
+    /// Blocks until all work submitted to `stream` has finished.
+    pub fn stream_synchronize(&self, stream: usize) -> Result<()> {
+        self.check(
+            // SAFETY: no memory is passed; the driver checks the handle.
+            unsafe { (self.api.stream_synchronize)(stream as CUstream) },
+            "synchronizing a stream (cuStreamSynchronize)",
+        )
+    }
+
+    /// Whether all work submitted to `stream` has finished (never blocks).
+    pub fn stream_query(&self, stream: usize) -> Result<bool> {
+        // SAFETY: no memory is passed; the driver checks the handle.
+        match unsafe { (self.api.stream_query)(stream as CUstream) } {
+            sys::CUDA_SUCCESS => Ok(true),
+            sys::CUDA_ERROR_NOT_READY => Ok(false),
+            code => Err(self.error(code, "querying a stream (cuStreamQuery)")),
+        }
+    }
+
+    /// The flags `stream` was created with ([`STREAM_NON_BLOCKING`] or 0).
+    pub fn stream_flags(&self, stream: usize) -> Result<u32> {
+        let mut flags: c_uint = 0;
+        self.check(
+            // SAFETY: valid out-pointer; the driver checks the handle.
+            unsafe { (self.api.stream_get_flags)(stream as CUstream, &mut flags) },
+            "reading a stream's flags (cuStreamGetFlags)",
+        )?;
+        Ok(flags)
+    }
+
+    /// Makes work submitted to `stream` from now on wait, on the GPU, until `event`'s
+    /// recorded work has run. The wait takes the event as recorded at this call, so the event
+    /// may be recorded again right after.
+    pub fn stream_wait_event(&self, stream: usize, event: usize) -> Result<()> {
+        self.check(
+            // SAFETY: no memory is passed; the driver checks both handles.
+            unsafe { (self.api.stream_wait_event)(stream as CUstream, event as CUevent, 0) },
+            "making a stream wait on an event (cuStreamWaitEvent)",
+        )
+    }
+
+    /// A new event in the current context; `timing: false` creates it with
+    /// `CU_EVENT_DISABLE_TIMING`, which makes recording and waiting cheaper. Its handle,
+    /// destroyed with [`Driver::destroy_event`].
+    pub fn create_event(&self, timing: bool) -> Result<usize> {
+        let flags = if timing {
+            0
+        } else {
+            sys::CU_EVENT_DISABLE_TIMING
+        };
+        let mut handle: CUevent = ptr::null_mut();
+        self.check(
+            // SAFETY: valid out-pointer.
+            unsafe { (self.api.event_create)(&mut handle, flags) },
+            "creating an event (cuEventCreate)",
+        )?;
+        Ok(handle as usize)
+    }
+
+    /// Destroys an event from [`Driver::create_event`] (an event still pending is released
+    /// by the driver once its work is done).
+    ///
+    /// # Safety
+    /// `event` came from `create_event`, is destroyed once, and is not used afterwards.
+    pub unsafe fn destroy_event(&self, event: usize) -> Result<()> {
+        self.check(
+            // SAFETY: per the caller.
+            unsafe { (self.api.event_destroy)(event as CUevent) },
+            "destroying an event (cuEventDestroy)",
+        )
+    }
+
+    /// Records `event` after the work submitted to `stream` so far.
+    pub fn record_event(&self, event: usize, stream: usize) -> Result<()> {
+        self.check(
+            // SAFETY: no memory is passed; the driver checks both handles.
+            unsafe { (self.api.event_record)(event as CUevent, stream as CUstream) },
+            "recording an event (cuEventRecord)",
+        )
+    }
+
+    /// Blocks until the work `event` was last recorded after has run.
+    pub fn event_synchronize(&self, event: usize) -> Result<()> {
+        self.check(
+            // SAFETY: no memory is passed; the driver checks the handle.
+            unsafe { (self.api.event_synchronize)(event as CUevent) },
+            "synchronizing an event (cuEventSynchronize)",
+        )
+    }
+
+    /// Whether the work `event` was last recorded after has run (never blocks).
+    pub fn event_query(&self, event: usize) -> Result<bool> {
+        // SAFETY: no memory is passed; the driver checks the handle.
+        match unsafe { (self.api.event_query)(event as CUevent) } {
+            sys::CUDA_SUCCESS => Ok(true),
+            sys::CUDA_ERROR_NOT_READY => Ok(false),
+            code => Err(self.error(code, "querying an event (cuEventQuery)")),
+        }
+    }
+
+    /// Milliseconds from `start` to `end`, both created with timing, recorded and complete.
+    pub fn event_elapsed_ms(&self, start: usize, end: usize) -> Result<f32> {
+        let mut ms = 0f32;
+        self.check(
+            // SAFETY: valid out-pointer; the driver checks both handles.
+            unsafe { (self.api.event_elapsed_time)(&mut ms, start as CUevent, end as CUevent) },
+            "timing between events (cuEventElapsedTime)",
+        )?;
+        Ok(ms)
     }
 }
 
@@ -132,54 +253,31 @@ unsafe impl Sync for Event {}
 
 impl Event {
     pub fn create(driver: &'static Driver, timing: bool) -> Result<Event> {
-        let flags = if timing {
-            0
-        } else {
-            sys::CU_EVENT_DISABLE_TIMING
-        };
-        let mut handle: CUevent = ptr::null_mut();
-        driver.check(
-            // SAFETY: valid out-pointer.
-            unsafe { (driver.api.event_create)(&mut handle, flags) },
-            "creating an event",
-        )?;
-        Ok(Event { driver, handle })
+        Ok(Event {
+            driver,
+            handle: driver.create_event(timing)? as CUevent,
+        })
+    }
+
+    pub fn handle(&self) -> usize {
+        self.handle as usize
     }
 
     pub fn record(&self, stream: usize) -> Result<()> {
-        // SAFETY: valid event; the stream handle is the caller's.
-        self.driver.check(
-            unsafe { (self.driver.api.event_record)(self.handle, stream as CUstream) },
-            "recording an event",
-        )
+        self.driver.record_event(self.handle(), stream)
     }
 
     pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: a valid event handle.
-        self.driver.check(
-            unsafe { (self.driver.api.event_synchronize)(self.handle) },
-            "synchronizing an event",
-        )
+        self.driver.event_synchronize(self.handle())
     }
 
     pub fn query(&self) -> Result<bool> {
-        // SAFETY: a valid event handle.
-        match unsafe { (self.driver.api.event_query)(self.handle) } {
-            sys::CUDA_SUCCESS => Ok(true),
-            sys::CUDA_ERROR_NOT_READY => Ok(false),
-            code => Err(self.driver.error(code, "querying an event")),
-        }
+        self.driver.event_query(self.handle())
     }
 
     /// Milliseconds between `start` and this event, both recorded and complete.
     pub fn elapsed_since(&self, start: &Event) -> Result<f32> {
-        let mut ms = 0f32;
-        self.driver.check(
-            // SAFETY: valid out-pointer and event handles.
-            unsafe { (self.driver.api.event_elapsed_time)(&mut ms, start.handle, self.handle) },
-            "timing between events",
-        )?;
-        Ok(ms)
+        self.driver.event_elapsed_ms(start.handle(), self.handle())
     }
 }
 

@@ -208,6 +208,7 @@ driver_api! {
     stream_synchronize = "cuStreamSynchronize": fn(CUstream);
     stream_query = "cuStreamQuery": fn(CUstream);
     stream_wait_event = "cuStreamWaitEvent": fn(CUstream, CUevent, c_uint);
+    stream_get_flags = "cuStreamGetFlags": fn(CUstream, *mut c_uint);
     stream_is_capturing = "cuStreamIsCapturing": fn(CUstream, *mut c_int);
     event_create = "cuEventCreate": fn(*mut CUevent, c_uint);
     event_destroy = "cuEventDestroy_v2": fn(CUevent);

@@ -30,6 +30,10 @@ use fastlaunch_driver::{
 /// values (meminfo, parent, nitems, itemsize, data, shape0, stride0), and writes the six
 /// that are not `data`, converted to float, to `data[0..6]`: nitems, itemsize, shape0,
 /// stride0, meminfo, parent. It is launched with one thread.
+///
+/// `spin_copy(unsigned *dst, const unsigned *src, unsigned n, u64 ns)` has every thread wait
+/// `ns` nanoseconds (by `%globaltimer`), then copy `src[i]` to `dst[i]` for `i < n`: work
+/// that reads memory long after it was enqueued, to show a free waiting for it.
 const KERNELS_PTX: &str = concat!(
     r#".version 8.0
 .target sm_90
@@ -97,6 +101,44 @@ DONE:
 	st.global.f32 [%rd8+16], %f5;
 	cvt.rn.f32.u64 %f6, %rd2;
 	st.global.f32 [%rd8+20], %f6;
+	ret;
+}
+
+.visible .entry spin_copy(
+	.param .u64 spin_copy_param_0,
+	.param .u64 spin_copy_param_1,
+	.param .u32 spin_copy_param_2,
+	.param .u64 spin_copy_param_3
+)
+{
+	.reg .pred %p<3>;
+	.reg .b32 %r<7>;
+	.reg .b64 %rd<12>;
+
+	ld.param.u64 %rd1, [spin_copy_param_0];
+	ld.param.u64 %rd2, [spin_copy_param_1];
+	ld.param.u32 %r1, [spin_copy_param_2];
+	ld.param.u64 %rd3, [spin_copy_param_3];
+	mov.u64 %rd4, %globaltimer;
+	add.u64 %rd5, %rd4, %rd3;
+SPIN:
+	mov.u64 %rd6, %globaltimer;
+	setp.lt.u64 %p1, %rd6, %rd5;
+	@%p1 bra SPIN;
+	mov.u32 %r2, %ctaid.x;
+	mov.u32 %r3, %ntid.x;
+	mov.u32 %r4, %tid.x;
+	mad.lo.u32 %r5, %r2, %r3, %r4;
+	setp.ge.u32 %p2, %r5, %r1;
+	@%p2 bra COPIED;
+	cvta.to.global.u64 %rd7, %rd1;
+	cvta.to.global.u64 %rd8, %rd2;
+	mul.wide.u32 %rd9, %r5, 4;
+	add.s64 %rd10, %rd8, %rd9;
+	ld.global.u32 %r6, [%rd10];
+	add.s64 %rd11, %rd7, %rd9;
+	st.global.u32 [%rd11], %r6;
+COPIED:
 	ret;
 }
 "#,
@@ -178,6 +220,7 @@ struct TestKernels {
     _library: Library,
     fill: Kernel,
     numba_array: Kernel,
+    spin_copy: Kernel,
 }
 
 impl TestKernels {
@@ -186,6 +229,7 @@ impl TestKernels {
         TestKernels {
             fill: library.kernel("fill").expect("kernel fill"),
             numba_array: library.kernel("numba_array").expect("kernel numba_array"),
+            spin_copy: library.kernel("spin_copy").expect("kernel spin_copy"),
             _library: library,
         }
     }
@@ -238,6 +282,36 @@ impl TestKernels {
                 params.as_params(),
                 cooperative,
                 cluster,
+            )
+        }
+    }
+
+    /// Launches `spin_copy(dst, src, n, ns)` over `n` threads on `stream`.
+    ///
+    /// # Safety
+    /// `dst` and `src` hold `n` u32s each until the kernel has run.
+    unsafe fn spin_copy(
+        &self,
+        driver: &Driver,
+        dst: u64,
+        src: u64,
+        n: u32,
+        ns: u64,
+        stream: usize,
+    ) -> Result<()> {
+        let mut params = ParamBuffer::with_capacity(4);
+        params.push_u64(dst);
+        params.push_u64(src);
+        params.push_bytes(n.to_le_bytes());
+        params.push_u64(ns);
+        // SAFETY: `spin_copy` takes (.u64, .u64, .u32, .u64), one 8-byte slot each with the
+        // value at its start; it touches only the first `n` u32s of `dst` and `src`, valid
+        // until it has run per the caller.
+        unsafe {
+            driver.launch(
+                self.spin_copy.as_function(),
+                &dims(n.div_ceil(256), 256, stream),
+                params.as_params(),
             )
         }
     }
@@ -842,4 +916,97 @@ fn the_pools_release_threshold_is_set_and_read() {
         .free_after(pointer, 0, &[], &Event::create(driver, false).unwrap())
         .unwrap();
     driver.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_free_after_another_stream_waits_for_its_work() {
+    let driver = on_device_0();
+    let kernels = TestKernels::load(driver);
+    let (first, second) = (
+        Stream::create(driver, true).unwrap(),
+        Stream::create(driver, true).unwrap(),
+    );
+    let words = 1u32 << 16;
+    let len = words as usize * 4;
+    let result = DeviceBuffer::alloc(driver, len).unwrap();
+    let pointer = driver.alloc_async(len, first.handle()).unwrap();
+    // SAFETY: `pointer` holds `len` bytes until the free below, which follows this work.
+    unsafe { driver.memset_async(pointer, 0x11, len, first.handle()) }.unwrap();
+    // SAFETY: `result` and `pointer` hold `words` u32s until the kernel has run (`result`
+    // lives to the end; `pointer`'s free below is ordered after the kernel).
+    unsafe {
+        kernels.spin_copy(
+            driver,
+            result.ptr(),
+            pointer,
+            words,
+            200_000_000,
+            first.handle(),
+        )
+    }
+    .unwrap();
+    let fence = Event::create(driver, false).unwrap();
+    driver
+        .free_after(pointer, second.handle(), &[first.handle()], &fence)
+        .unwrap();
+    // The pool may hand the same memory out again on `second` at once; writing it there must
+    // wait for the kernel on `first` that still reads it.
+    let reused = driver.alloc_async(len, second.handle()).unwrap();
+    // SAFETY: `reused` holds `len` bytes until its free below.
+    unsafe { driver.memset_async(reused, 0x22, len, second.handle()) }.unwrap();
+    assert!(
+        !first.query().unwrap(),
+        "the spin kernel ended before the test could overlap it"
+    );
+    second.synchronize().unwrap();
+    first.synchronize().unwrap();
+    let mut copied = vec![0u8; len];
+    result.copy_to_host(&mut copied).unwrap();
+    assert!(
+        copied.iter().all(|&b| b == 0x11),
+        "the kernel read memory written after its free (reused: {})",
+        reused == pointer
+    );
+    driver.free_async(reused, second.handle()).unwrap();
+    second.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn streams_and_events_by_raw_handle() {
+    let driver = on_device_0();
+    let blocking = driver.create_stream(0).unwrap();
+    let non_blocking = driver
+        .create_stream(fastlaunch_driver::STREAM_NON_BLOCKING)
+        .unwrap();
+    assert_eq!(driver.stream_flags(blocking).unwrap(), 0);
+    assert_eq!(
+        driver.stream_flags(non_blocking).unwrap(),
+        fastlaunch_driver::STREAM_NON_BLOCKING
+    );
+    let (start, end) = (
+        driver.create_event(true).unwrap(),
+        driver.create_event(true).unwrap(),
+    );
+    driver.record_event(start, non_blocking).unwrap();
+    let pointer = driver.alloc_async(64 << 20, non_blocking).unwrap();
+    // SAFETY: `pointer` holds 64 MiB until its free, ordered after this.
+    unsafe { driver.memset_async(pointer, 3, 64 << 20, non_blocking) }.unwrap();
+    driver.record_event(end, non_blocking).unwrap();
+    driver.stream_wait_event(blocking, end).unwrap();
+    driver.free_async(pointer, blocking).unwrap();
+    driver.stream_synchronize(blocking).unwrap();
+    assert!(driver.event_query(end).unwrap());
+    driver.event_synchronize(end).unwrap();
+    let ms = driver.event_elapsed_ms(start, end).unwrap();
+    assert!(ms.is_finite() && ms >= 0.0, "{ms} ms");
+    assert!(driver.stream_query(non_blocking).unwrap());
+    // SAFETY: created above, destroyed once, not used after.
+    unsafe {
+        driver.destroy_event(start).unwrap();
+        driver.destroy_event(end).unwrap();
+        driver.destroy_stream(blocking).unwrap();
+        driver.destroy_stream(non_blocking).unwrap();
+    }
 }

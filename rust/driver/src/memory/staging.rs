@@ -67,7 +67,7 @@ impl StagingRing {
     /// The next slot, free to be written; made when the ring is not full yet.
     fn take_slot(&mut self) -> Result<&mut Slot> {
         let index = self.next;
-        self.next = (self.next + 1) % SLOTS;
+        self.next = slot_after(index);
         if index == self.slots.len() {
             self.slots.push(Slot {
                 buffer: PinnedBuffer::alloc(self.driver, SLOT_BYTES)?,
@@ -181,9 +181,28 @@ impl StagingRing {
     }
 }
 
+/// The slot used after slot `index`: the ring goes round, so the slot a copy reuses is the
+/// one used longest ago, the likeliest to be done.
+fn slot_after(index: usize) -> usize {
+    (index + 1) % SLOTS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ring_uses_every_slot_before_reusing_one() {
+        let mut index = 0;
+        let mut order = Vec::new();
+        for _ in 0..2 * SLOTS {
+            order.push(index);
+            index = slot_after(index);
+        }
+        let once: Vec<usize> = (0..SLOTS).collect();
+        assert_eq!(order[..SLOTS], once[..]);
+        assert_eq!(order[SLOTS..], once[..]);
+    }
 
     #[test]
     fn copies_up_to_a_slot_are_staged_and_larger_ones_are_not() {

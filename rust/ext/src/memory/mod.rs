@@ -1,8 +1,8 @@
 //! numba-cuda's memory API on the Rust core, the Python face of `fastlaunch_driver`'s memory
 //! layer: allocations from the driver's stream-ordered pool and their stream-ordered frees
 //! (`pool.rs`), copies between host buffers and the device through pinned staging
-//! (`transfers.rs`), pinned host memory (`pinned.rs`). `python/fastlaunch/memory/` builds
-//! numba-cuda's objects over these.
+//! (`transfers.rs`), pinned host memory (`pinned.rs`), streams and events by raw handle
+//! (`handles.rs`). `python/fastlaunch/memory/` builds numba-cuda's objects over these.
 //!
 //! Every call works in the thread's current context (device 0's primary context when none
 //! is current, as launches do). What a context needs for it, its staging ring and the event
@@ -11,6 +11,7 @@
 //! staged copy back, until its bytes are in), never while Python code runs.
 
 mod buffer;
+mod handles;
 mod pinned;
 mod pool;
 mod transfers;
@@ -22,6 +23,11 @@ use fastlaunch_driver::{self as driver, Context, Event, LaunchContext, StagingRi
 use crate::devices::driver;
 use crate::errors::Result;
 
+pub(crate) use handles::{
+    context_synchronize, event_create, event_destroy, event_elapsed_ms, event_query, event_record,
+    event_synchronize, stream_create, stream_destroy, stream_query, stream_synchronize,
+    stream_wait_event,
+};
 pub(crate) use pinned::{pinned_alloc, pinned_free};
 pub(crate) use pool::{
     context_key, mem_alloc, mem_free, pool_release_threshold, pool_trim, pool_usage,
