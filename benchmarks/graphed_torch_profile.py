@@ -52,7 +52,7 @@ def main() -> None:
     Tensor = et.fast_tensor_class(str(library))
     torch = et.fake_torch()
     torch.Tensor = Tensor
-    sys.modules["torch"] = torch  # graphed.py finds torch tensors through sys.modules
+    sys.modules["torch"] = torch  # fastlaunch.graphed finds torch tensors through sys.modules
 
     import fastlaunch as fl
 

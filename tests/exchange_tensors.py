@@ -103,7 +103,7 @@ class Tensor(DLTensor):
     def shape(self) -> tuple[int, ...]:
         return tuple(self._shape[: self.ndim])
 
-    # -- what graphed.py asks of a torch tensor
+    # -- what fastlaunch.graphed asks of a torch tensor
     def data_ptr(self) -> int:
         return self.address or 0
 

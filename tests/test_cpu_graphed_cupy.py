@@ -7,7 +7,6 @@ stream; failures given up on, the capture ended."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 import warnings
 
@@ -18,10 +17,15 @@ from stand_in_cupy import fake_cupy, ndarray, op
 
 import fastlaunch as fl
 from fastlaunch import _capture_hooks, _core
-from fastlaunch.graphed import _ARRAY, _OBJECT, _CupyCapture, _framework_of, _TorchCapture
+from fastlaunch.graphed import (
+    _ARRAY,
+    _OBJECT,
+    _CupyCapture,
+    _framework_of,
+    _TorchCapture,
+    frameworks,
+)
 
-# the module (the attribute fastlaunch.graphed is the decorator)
-graphed = importlib.import_module("fastlaunch.graphed")
 N = 1024
 
 
@@ -36,7 +40,8 @@ def cupy(monkeypatch: pytest.MonkeyPatch):
         cuda.exchanged_mode[0] = "relaxed" if mode is None else mode
         return previous
 
-    monkeypatch.setattr(graphed, "_exchange_capture_mode", exchange)
+    # in the module whose CuPy capture calls it
+    monkeypatch.setattr(frameworks, "_exchange_capture_mode", exchange)
     return module
 
 
