@@ -378,3 +378,73 @@ def test_installed_views_are_fastlaunchs_and_numba_cudas_come_back():
         assert d.reshape(2, 5).ravel().copy_to_host().tolist() == list(np.arange(10.0))
         assert d[3] == 3.0  # an element: numba-cuda's path, copied through fastlaunch
     assert {n: getattr(DeviceNDArray, n) for n in originals} == originals
+
+
+EMM_PLUGIN_PROGRAM = """
+import weakref
+import numpy as np
+from numba import cuda
+from numba.cuda.cudadrv import driver
+import fastlaunch as fl
+
+class Counting(driver.GetIpcHandleMixin, driver.HostOnlyCUDAMemoryManager):
+    allocated = freed = 0
+
+    def initialize(self):
+        pass
+
+    def memalloc(self, size):
+        Counting.allocated += 1
+        pointer = driver.driver.cuMemAlloc(size)
+
+        def finalizer():
+            Counting.freed += 1
+            driver.driver.cuMemFree(pointer)
+
+        return driver.MemoryPointer(weakref.proxy(self.context), pointer, size, finalizer=finalizer)
+
+    def get_memory_info(self):
+        return driver.MemoryInfo(free=0, total=0)
+
+    @property
+    def interface_version(self):
+        return 1
+
+cuda.set_memory_manager(Counting)
+host = np.arange(1000.0)
+with fl.install():
+    d = cuda.to_device(host)
+    e = cuda.device_array_like(host)
+    e.copy_to_device(d)
+    same = np.array_equal(e[10:20].copy_to_host(), host[10:20])
+    plugin = type(d.gpu_data) is driver.MemoryPointer
+    del d, e
+    cuda.synchronize()
+print(Counting.allocated, Counting.freed, same, plugin)
+"""
+
+
+def test_an_emm_plugin_still_allocates_and_the_rest_stays_fast():
+    done = subprocess.run(
+        [sys.executable, "-c", EMM_PLUGIN_PROGRAM], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "2", "True", "True"]
+
+
+def test_copies_and_pickling_behave_as_numba_cudas():
+    import copy
+    import pickle
+
+    plain, fast = cuda.to_device(np.arange(4.0)), fl.to_device(np.arange(4.0))
+    stream = cuda.stream()
+    bound = fast.bind(stream)
+    assert bound.stream is stream and bound.gpu_data is fast.gpu_data
+    assert described(copy.copy(fast)) == described(fast)
+    try:
+        pickle.dumps(plain)
+    except Exception as numba_error:
+        with pytest.raises(type(numba_error)):
+            pickle.dumps(fast)
+    else:
+        assert pickle.loads(pickle.dumps(fast)).shape == fast.shape
