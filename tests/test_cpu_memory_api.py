@@ -342,3 +342,30 @@ print(int(streams.stream().handle) == handle)  # the same stream again, from the
 """
     )
     assert lines == ["True False ['handle', 'external'] True", "True"]
+
+
+def test_a_free_after_a_destroyed_stream_waits_for_the_context_instead(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from fastlaunch.errors import CudaError
+calls = []
+
+class Core:  # the Rust core, its free refusing a stream destroyed since
+    def __getattr__(self, name):
+        return getattr(_core, name)
+
+    def mem_free(self, address, stream, after, key):
+        calls.append(after)
+        if after:
+            raise CudaError("invalid resource handle")
+
+    def synchronize(self):
+        calls.append("synchronize")
+
+allocation._core = Core()
+allocation._free((1234, _core.context_key(), (777,)))
+print(calls)
+"""
+    )
+    assert lines == ["[(777,), 'synchronize', ()]"]

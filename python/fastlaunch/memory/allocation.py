@@ -143,7 +143,17 @@ def _free(item: tuple[int, int, tuple]) -> None:
     """Frees on the legacy default stream (after all work on blocking streams), after each
     other stream that used the memory, in its context (nothing when that was destroyed)."""
     address, key, after = item
-    _core.mem_free(address, 0, after, key)
+    try:
+        _core.mem_free(address, 0, after, key)
+    except CudaError:
+        if not after:
+            raise
+        # a stream the memory was used on was destroyed since (an external or a dropped
+        # non-blocking stream): its work may still be queued, so wait for the context's work
+        # (when it is the current one), then free in the legacy stream's order alone
+        if _core.context_key() == key:
+            _core.synchronize()
+        _core.mem_free(address, 0, (), key)
 
 
 def set_pool_release_threshold(nbytes: int, device: int | None = None) -> None:
