@@ -369,3 +369,48 @@ print(calls)
 """
     )
     assert lines == ["[(777,), 'synchronize', ()]"]
+
+
+def test_events_and_stream_synchronize_on_the_rust_core(run_on_stand_in):
+    """numba-cuda's Event (made as Context.create_event makes it, destroyed through the
+    context's deallocation queue) and, installed, its methods and Stream.synchronize on the
+    Rust core, with numba-cuda's errors for stream arguments it refuses."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from numba.cuda.cudadrv.driver import Event, Stream
+from fastlaunch.memory import events, streams
+from fastlaunch.memory import install as memory_install
+originals = (vars(Event)["record"], vars(Event)["elapsed_time"], vars(Stream)["synchronize"])
+memory_install.install()
+print(Event.record is events.record, Stream.synchronize is events.stream_synchronize)
+start, end = fl.memory.event(), fl.memory.event(timing=False)
+print(type(start) is Event, list(vars(start)), type(start.handle).__name__)
+s = streams.stream()
+start.record()
+end.record(s)
+end.wait(s)
+end.synchronize()
+s.synchronize()
+print(start.query(), end.query(), isinstance(start.elapsed_time(end), float))
+try:
+    start.record("a stream")
+except TypeError as error:
+    print("TypeError", "str" in str(error))
+pending = len(context.deallocations)
+del start
+gc.collect()
+print(len(context.deallocations) - pending)
+memory_install.uninstall()
+now = (vars(Event)["record"], vars(Event)["elapsed_time"], vars(Stream)["synchronize"])
+print(now == originals)
+"""
+    )
+    assert lines == [
+        "True True",
+        "True ['handle'] CUevent",
+        "True True True",
+        "TypeError True",
+        "1",
+        "True",
+    ]

@@ -448,3 +448,33 @@ def test_copies_and_pickling_behave_as_numba_cudas():
             pickle.dumps(fast)
     else:
         assert pickle.loads(pickle.dumps(fast)).shape == fast.shape
+
+
+def test_events_and_stream_synchronize_as_numba_cuda():
+    def run():
+        stream = cuda.stream()
+        start, end, untimed = cuda.event(), cuda.event(), cuda.event(timing=False)
+        outcome = []
+        try:
+            start.elapsed_time(end)  # neither recorded
+        except CudaAPIError as error:
+            outcome.append(error.code)
+        start.record(stream)
+        end.record(stream)
+        untimed.record()
+        end.wait(cuda.default_stream())
+        stream.synchronize()
+        end.synchronize()
+        outcome += [start.query(), end.query(), untimed.query(), start.elapsed_time(end) >= 0]
+        try:
+            start.elapsed_time(untimed)  # no timing
+        except CudaAPIError as error:
+            outcome.append(error.code)
+        with pytest.raises(TypeError):
+            start.record("not a stream")
+        return outcome
+
+    plain = run()
+    with fl.install():
+        assert type(cuda.event()).__name__ == "Event"
+        assert run() == plain

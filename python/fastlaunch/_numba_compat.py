@@ -413,9 +413,31 @@ def memory_classes() -> Any:
         OwnedPointer=driver.OwnedPointer,
         CUdeviceptr=driver.binding.CUdeviceptr,
         Stream=driver.Stream,
+        Event=driver.Event,
+        # the handle type its Events hold: binding.CUevent in 0.30, drvapi.cu_event in 0.26
+        CUevent=getattr(getattr(driver, "drvapi", None), "cu_event", None)
+        or driver.binding.CUevent,
         # the handle type its Streams hold: binding.CUstream in 0.30, drvapi.cu_stream in 0.26
         # (create_external_stream uses no context)
         CUstream=type(driver.Context.create_external_stream(None, 0).handle),
         from_desc=dummyarray.Array.from_desc,
         memory_size_from_info=driver.memory_size_from_info,
     )
+
+
+def handle_value(handle: Any) -> int:
+    """The raw value of a numba-cuda stream or event handle: ``int(handle)`` of a
+    ``cuda.bindings`` handle (0.30), ``handle.value`` of a ctypes one (0.26)."""
+    value = getattr(handle, "value", handle)
+    return int(value or 0)
+
+
+@functools.cache
+def _stream_handle_reader() -> Any:
+    return cudadrv_driver()._stream_handle
+
+
+def numba_stream_handle(stream: Any) -> Any:
+    """numba-cuda's reading of a stream argument (``driver._stream_handle``: 0, a numba-cuda
+    ``Stream``, a ``cuda.core`` stream; its ``TypeError`` for anything else)."""
+    return _stream_handle_reader()(stream)

@@ -12,7 +12,8 @@ from fastlaunch.memory.arrays import (
     pinned_array,
     pinned_array_like,
 )
-from fastlaunch.memory.streams import event, stream, synchronize
+from fastlaunch.memory.events import event
+from fastlaunch.memory.streams import stream, synchronize
 from fastlaunch.memory.transfers import to_device
 
 __all__ = [

@@ -3,7 +3,8 @@ installed (``fastlaunch.install()``, ``python -m fastlaunch run``, ``FASTLAUNCH_
 and numba-cuda's back on ``uninstall()``. Replaced: ``numba.cuda.<name>`` (and
 ``numba.cuda.api.<name>``) for the API functions, ``DeviceNDArray``'s ``copy_to_host``,
 ``copy_to_device``, ``__getitem__``, ``__setitem__``, ``reshape``, ``ravel`` and
-``get_ipc_handle`` (the class stays numba-cuda's), and the
+``get_ipc_handle``, ``Event``'s ``record``, ``synchronize``, ``wait``, ``query`` and
+``elapsed_time``, ``Stream.synchronize`` (the classes stay numba-cuda's), and the
 module-level copies of ``numba.cuda.cudadrv.driver`` that numba-cuda's other paths use."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from typing import Any
 
 from fastlaunch import _numba_compat as numba_cuda
-from fastlaunch.memory import arrays, ipc, streams, transfers, views
+from fastlaunch.memory import arrays, events, ipc, streams, transfers, views
 
 #: numba.cuda's API functions and their replacements
 API = {
@@ -23,7 +24,7 @@ API = {
     "pinned_array_like": arrays.pinned_array_like,
     "stream": streams.stream,
     "synchronize": streams.synchronize,
-    "event": streams.event,
+    "event": events.event,
 }
 #: DeviceNDArray's methods and their replacements
 METHODS = {
@@ -52,12 +53,22 @@ def _places() -> list[tuple[Any, str, Any]]:
     places = [(module, name, new) for name, new in API.items() for module in (cuda, api)]
     places += [(driver, name, new) for name, new in DRIVER.items()]
     places += [(device_array_class, name, new) for name, new in METHODS.items()]
+    places += [(driver.Event, name, new) for name, new in events.EVENT_METHODS.items()]
+    places += [(driver.Stream, name, new) for name, new in events.STREAM_METHODS.items()]
     return places
 
 
 #: what was replaced: (object, attribute) -> whether it was the object's own attribute,
 #: and the value it had (a class may have inherited it: then it is deleted again)
 _saved: dict[tuple[Any, str], tuple[bool, Any]] = {}
+
+
+def _replacement(owner: Any, name: str) -> Any:
+    """What install() put in place of ``owner.name``."""
+    for place, attribute, new in _places():
+        if place is owner and attribute == name:
+            return new
+    return None
 
 
 def install() -> None:
@@ -75,9 +86,8 @@ def install() -> None:
 
 def uninstall() -> None:
     """Puts numba-cuda's memory API back, where fastlaunch's is still in place."""
-    replacements = {**API, **DRIVER, **METHODS}
     for (owner, name), (own, old) in list(_saved.items()):
-        if vars(owner).get(name) is not replacements[name]:
+        if vars(owner).get(name) is not _replacement(owner, name):
             continue  # replaced again since: left alone
         if own:
             setattr(owner, name, old)

@@ -7,7 +7,8 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
   ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
   ``_finalizer`` a ``_Release``: what ``MemoryPointer.free`` uses of a ``weakref.finalize``);
-- ``numba_stream``: a ``Stream`` as ``Context.create_stream`` makes one;
+- ``numba_stream``, ``numba_event``: a ``Stream`` as ``Context.create_stream`` makes one,
+  an ``Event`` as ``Context.create_event`` makes one;
 - ``owned_view``: what ``gpu_data.view(begin, end)`` returns for an ``OwnedPointer``
   (a ``MemoryPointer`` view of the owner, in a new ``OwnedPointer``).
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 
 _new = object.__new__
@@ -130,6 +132,21 @@ def numba_stream(handle: int, release: Any, argument: Any) -> Any:
     def collected(reference: Any) -> None:
         _releases.discard(reference)
         release(argument)
+
+    _releases.add(_ref(made, collected))
+    return made
+
+
+def numba_event(handle: int, deallocations: Any) -> Any:
+    """A numba-cuda ``Event`` over ``handle``, as ``Context.create_event`` makes one: when it
+    is collected, the event's destruction is queued in ``deallocations`` (the context's)."""
+    kinds = numba_cuda.memory_classes()
+    made = _new(kinds.Event)
+    made.__dict__.update(handle=kinds.CUevent(handle))
+
+    def collected(reference: Any) -> None:
+        _releases.discard(reference)
+        deallocations.add_item(_core.event_destroy, handle)
 
     _releases.add(_ref(made, collected))
     return made

@@ -33,8 +33,3 @@ def stream() -> Any:
 def synchronize() -> None:
     """numba-cuda's ``cuda.synchronize()``: waits for the current context (without the GIL)."""
     _core.synchronize()
-
-
-def event(timing: bool = True) -> Any:
-    """numba-cuda's ``cuda.event()``, made by numba-cuda's ``Context`` without looking it up."""
-    return context()[1].create_event(timing=timing)
