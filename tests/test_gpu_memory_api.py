@@ -465,6 +465,7 @@ def test_events_and_stream_synchronize_as_numba_cuda():
         end.wait(cuda.default_stream())
         stream.synchronize()
         end.synchronize()
+        cuda.synchronize()
         outcome += [start.query(), end.query(), untimed.query(), start.elapsed_time(end) >= 0]
         try:
             start.elapsed_time(untimed)  # no timing
