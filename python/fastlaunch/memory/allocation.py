@@ -27,6 +27,8 @@ _proxies: dict[int, Any] = {}
 #: that used it (allocated on, copied on); its free follows each
 _streams: dict[int, list[int]] = {}
 
+_dict_set = dict.__setitem__
+
 #: the special stream handles a free on the legacy stream is already ordered after:
 #: default, legacy, per-thread (blocking streams order with the legacy stream too)
 _ORDERED_WITH_LEGACY = (0, 1, 2)
@@ -84,7 +86,8 @@ def allocate(nbytes: int, stream_handle: int) -> Any:
     memory, owned = objects.pool_memory(
         _proxies[key], address, nbytes, _finalizer(manager, address, key, streams, nbytes)
     )
-    manager.allocations[address] = memory
+    # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
+    _dict_set(manager.allocations, address, memory)
     return owned
 
 

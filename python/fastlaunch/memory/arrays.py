@@ -28,13 +28,7 @@ def new_device_array(shape: Any, strides: Any, dtype: Any, stream: Any, argument
     """A ``DeviceNDArray`` of this layout over new memory, made as numba-cuda's
     ``DeviceNDArray(shape, strides, dtype, stream=stream)`` makes it (``argument`` names the
     caller's argument in errors)."""
-    if (
-        type(shape) is tuple
-        and type(strides) is tuple
-        and len(shape) == len(strides)
-        and all(type(n) is int and n > 0 for n in shape)
-        and all(type(s) is int for s in strides)
-    ):
+    if _plain_layout(shape, strides):
         nbytes = numba_cuda.memory_classes().memory_size_from_info(shape, strides, dtype.itemsize)
         gpu_data = allocate(nbytes, stream_handle(stream))
         return objects.device_ndarray(shape, strides, dtype, stream, gpu_data)
@@ -85,6 +79,19 @@ def pinned_array_like(ary: Any) -> Any:
         strides=api._contiguous_strides_like_array(ary),
         order=api._order_like_array(ary),
     )
+
+
+def _plain_layout(shape: Any, strides: Any) -> bool:
+    """Tuples of ``int`` of one length, every extent positive: what ``objects`` builds."""
+    if type(shape) is not tuple or type(strides) is not tuple or len(shape) != len(strides):
+        return False
+    for n in shape:
+        if type(n) is not int or n <= 0:
+            return False
+    for s in strides:
+        if type(s) is not int:
+            return False
+    return True
 
 
 def _require_integer_extents(shape: tuple) -> None:

@@ -91,22 +91,20 @@ class _Release:
     the release also runs when the pointer is collected unreleased (its context was reset).
     Half the cost of a ``weakref.finalize``; no release at interpreter exit."""
 
-    __slots__ = ("_callback", "_reference")
+    __slots__ = ("_callback", "_reference", "alive")
 
     def __init__(self, owner: Any, callback: Any) -> None:
         self._callback = callback
+        self.alive = True
         self._reference = reference = _ref(owner, _collected)
         _pending[reference] = self
-
-    @property
-    def alive(self) -> bool:
-        return self._callback is not None
 
     def __call__(self) -> Any:
         callback = self._callback
         if callback is None:
             return None
         self._callback = None
+        self.alive = False
         _pending.pop(self._reference, None)
         return callback()
 
