@@ -415,3 +415,21 @@ print(now == originals)
         "1",
         "True",
     ]
+
+
+def test_slice_assignment_of_a_matching_host_array_is_one_copy(run_on_stand_in):
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+d = fl.to_device(np.zeros((4, 3)))
+transfers.setitem(d, slice(1, 3), np.arange(6.0).reshape(2, 3))
+print(transfers.copy_to_host(d).ravel().tolist())
+calls = []
+d._do_setitem = lambda key, value: calls.append(key)  # numba-cuda's path, for the rest
+transfers.setitem(d, slice(0, 2), np.arange(6, dtype=np.float32).reshape(2, 3))  # a cast
+transfers.setitem(d, slice(0, 2), 1.0)  # a broadcast
+transfers.setitem(d, 1, np.arange(3.0))  # not a slice
+print(len(calls))
+"""
+    )
+    assert lines == ["[0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0, 0.0]", "3"]

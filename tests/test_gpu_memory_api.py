@@ -479,3 +479,26 @@ def test_events_and_stream_synchronize_as_numba_cuda():
     with fl.install():
         assert type(cuda.event()).__name__ == "Event"
         assert run() == plain
+
+
+SET_VALUES = {
+    "matching": lambda: np.arange(6.0).reshape(2, 3),
+    "cast": lambda: np.arange(6, dtype=np.float32).reshape(2, 3),
+    "broadcast row": lambda: np.arange(3.0),
+    "scalar": lambda: 4.5,
+    "wrong shape": lambda: np.arange(4.0),
+}
+
+
+@pytest.mark.parametrize("make", SET_VALUES.values(), ids=SET_VALUES.keys())
+def test_slice_assignment_as_numba_cuda(make):
+    host = np.zeros((4, 3))
+    plain, fast = cuda.to_device(host), fl.to_device(host)
+    try:
+        plain[1:3] = make()
+    except Exception as numba_error:
+        with pytest.raises(type(numba_error)):
+            transfers.setitem(fast, slice(1, 3), make())
+        return
+    transfers.setitem(fast, slice(1, 3), make())
+    assert np.array_equal(transfers.copy_to_host(fast), plain.copy_to_host())

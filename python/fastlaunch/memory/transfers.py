@@ -19,7 +19,7 @@ from typing import Any
 
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
-from fastlaunch.memory import objects
+from fastlaunch.memory import objects, views
 from fastlaunch.memory.allocation import _ORDERED_WITH_LEGACY, allocate, note_stream
 
 #: dtype kinds whose arrays export their bytes through the buffer protocol
@@ -101,8 +101,19 @@ def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
 
 
 def setitem(self: Any, key: Any, value: Any) -> None:
-    """numba-cuda's ``DeviceNDArray.__setitem__`` without its context lookup; its copies go
-    through the staged copies below."""
+    """numba-cuda's ``DeviceNDArray.__setitem__``. ``d[a:b] = host`` of a contiguous NumPy
+    array of the slice's very dtype, shape and strides (no broadcast, no cast), on an array
+    bound to no stream, is one staged copy into the slice, then numba-cuda's wait for the
+    default stream; the rest is numba-cuda's ``_do_setitem`` (its assignment kernel, its
+    checks), without its context lookup, its copies through the staged copies below."""
+    if type(key) is slice and key.step is None and not self.stream:
+        source = host_bytes(value, exact=True)
+        if source is not None:
+            target = views.first_axis_slice(self, key)
+            if target is not None and _same_layout(target, value):
+                _core.copy_to_device(_address(target), source, 0, value.nbytes)
+                _core.stream_synchronize(0)  # numba-cuda's assignment is synchronous
+                return
     self._do_setitem(key, value)
 
 

@@ -19,13 +19,15 @@ def getitem(self: Any, item: Any) -> Any:
     positive strides (``d[1:-1]``, ``d[:n]``) is built here; the rest is numba-cuda's
     ``_do_getitem``."""
     if type(item) is slice and item.step is None:
-        view = _first_axis_slice(self, item)
+        view = first_axis_slice(self, item)
         if view is not None:
             return view
     return self._do_getitem(item)
 
 
-def _first_axis_slice(self: Any, item: slice) -> Any:
+def first_axis_slice(self: Any, item: slice) -> Any:
+    """``self[item]`` built here (``item`` a slice of the first axis with step 1), or None
+    where numba-cuda's ``_do_getitem`` is to make it."""
     kinds = numba_cuda.memory_classes()
     shape = self.shape
     if not shape or type(self) is not kinds.DeviceNDArray:
