@@ -502,3 +502,13 @@ def test_slice_assignment_as_numba_cuda(make):
         return
     transfers.setitem(fast, slice(1, 3), make())
     assert np.array_equal(transfers.copy_to_host(fast), plain.copy_to_host())
+
+
+def test_copy_to_host_into_a_read_only_array_raises_what_numba_cuda_raises():
+    out = np.zeros(6)
+    out.flags.writeable = False
+    plain, fast = cuda.to_device(np.arange(6.0)), fl.to_device(np.arange(6.0))
+    with pytest.raises(Exception) as numba_raised:
+        plain.copy_to_host(out)
+    with pytest.raises(type(numba_raised.value)):
+        transfers.copy_to_host(fast, out)

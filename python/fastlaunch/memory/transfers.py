@@ -78,7 +78,9 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
 def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
     """numba-cuda's ``DeviceNDArray.copy_to_host``, its copy made on the Rust core."""
     strides = self.strides
-    if ary is not None and host_bytes(ary) is None or (strides and min(strides) < 0):
+    if (strides and min(strides) < 0) or (
+        ary is not None and (host_bytes(ary) is None or not ary.flags.writeable)
+    ):  # numba-cuda's own path (and errors)
         return _original_copy_to_host()(self, ary, stream)
     import numpy as np
 
