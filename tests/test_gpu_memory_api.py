@@ -508,7 +508,10 @@ def test_copy_to_host_into_a_read_only_array_raises_what_numba_cuda_raises():
     out = np.zeros(6)
     out.flags.writeable = False
     plain, fast = cuda.to_device(np.arange(6.0)), fl.to_device(np.arange(6.0))
-    with pytest.raises(Exception) as numba_raised:
+    try:
         plain.copy_to_host(out)
-    with pytest.raises(type(numba_raised.value)):
-        transfers.copy_to_host(fast, out)
+    except Exception as numba_error:
+        with pytest.raises(type(numba_error)):
+            transfers.copy_to_host(fast, out)
+    else:  # numba-cuda writes it: so does fastlaunch (its own path)
+        assert transfers.copy_to_host(fast, out) is out
