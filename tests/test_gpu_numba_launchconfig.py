@@ -135,7 +135,7 @@ def test_launch_arguments_during_compile_are_per_thread():
 
 def test_launches_numba_cuda_makes_see_the_fastlaunch_kernel_as_dispatcher():
     kernel = _store_one()
-    a = np.zeros(2, np.int32)[::2]  # a strided host array: numba-cuda's own launch path
+    a = np.zeros(4, np.int32)[::2]  # a strided host array: numba-cuda's own launch path
     with launchconfig.capture_compile_config(kernel) as capture:
         kernel[1, 2](a)
     assert capture["config"].dispatcher is kernel
