@@ -17,7 +17,7 @@ use std::ptr;
 use super::pinned::PinnedBuffer;
 use crate::error::Result;
 use crate::stream::Event;
-use crate::sys::{self, CUdeviceptr};
+use crate::sys::CUdeviceptr;
 use crate::Driver;
 
 /// Bytes a slot holds: copies up to this size are staged.
@@ -94,34 +94,21 @@ impl StagingRing {
         if len == 0 {
             return Ok(());
         }
-        let stream_handle = stream as sys::CUstream;
         if !Self::stages(len) {
-            return driver.check(
-                // SAFETY: per the caller for `device`; `host` is readable for `len` bytes and
-                // the driver has taken them from pageable memory when this returns.
-                unsafe {
-                    (driver.api.memcpy_htod_async)(device, host.as_ptr().cast(), len, stream_handle)
-                },
-                "copying host memory to the device",
-            );
+            // SAFETY: per the caller; from pageable memory the driver has taken the bytes
+            // when this returns.
+            return unsafe { driver.copy_host_to_device_async(device, host, stream) };
         }
         let slot = self.take_slot()?;
         // SAFETY: the slot holds SLOT_BYTES >= len bytes, no copy uses it now (`take_slot`
         // waited), and it does not overlap `host`.
-        unsafe { ptr::copy_nonoverlapping(host.as_ptr(), slot.buffer.as_ptr(), len) };
-        driver.check(
-            // SAFETY: per the caller for `device`; the slot stays untouched until its event
-            // says this copy has run.
-            unsafe {
-                (driver.api.memcpy_htod_async)(
-                    device,
-                    slot.buffer.as_ptr().cast_const().cast(),
-                    len,
-                    stream_handle,
-                )
-            },
-            "copying staged host memory to the device",
-        )?;
+        let staged = unsafe {
+            ptr::copy_nonoverlapping(host.as_ptr(), slot.buffer.as_ptr(), len);
+            std::slice::from_raw_parts(slot.buffer.as_ptr().cast_const(), len)
+        };
+        // SAFETY: per the caller for `device`; the slot stays untouched until its event says
+        // this copy has run.
+        unsafe { driver.copy_host_to_device_async(device, staged, stream) }?;
         slot.event.record(stream)?;
         slot.recorded = true;
         Ok(())
@@ -142,36 +129,17 @@ impl StagingRing {
         if len == 0 {
             return Ok(());
         }
-        let stream_handle = stream as sys::CUstream;
         if !Self::stages(len) {
-            return driver.check(
-                // SAFETY: per the caller for `device`; `host` is writable for `len` bytes,
-                // and into pageable memory the copy has completed when this returns.
-                unsafe {
-                    (driver.api.memcpy_dtoh_async)(
-                        host.as_mut_ptr().cast(),
-                        device,
-                        len,
-                        stream_handle,
-                    )
-                },
-                "copying device memory to the host",
-            );
+            // SAFETY: per the caller; into pageable memory the copy has completed when this
+            // returns.
+            return unsafe { driver.copy_device_to_host_async(host, device, stream) };
         }
         let slot = self.take_slot()?;
-        driver.check(
-            // SAFETY: per the caller for `device`; the slot holds SLOT_BYTES >= len bytes and
-            // no other copy uses it (`take_slot` waited).
-            unsafe {
-                (driver.api.memcpy_dtoh_async)(
-                    slot.buffer.as_ptr().cast(),
-                    device,
-                    len,
-                    stream_handle,
-                )
-            },
-            "copying device memory to a staging buffer",
-        )?;
+        // SAFETY: the slot holds SLOT_BYTES >= len bytes and no other copy uses it
+        // (`take_slot` waited).
+        let landing = unsafe { std::slice::from_raw_parts_mut(slot.buffer.as_ptr(), len) };
+        // SAFETY: per the caller for `device`.
+        unsafe { driver.copy_device_to_host_async(landing, device, stream) }?;
         slot.event.record(stream)?;
         slot.event.synchronize()?;
         // SAFETY: the copy into the slot has completed; `host` is writable for `len` bytes
