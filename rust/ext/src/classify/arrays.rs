@@ -99,17 +99,23 @@ fn check_dims(staged: &[i64], at: Position<'_>, data: u64, scalar: Scalar) -> Re
     Ok((ndim, nitems))
 }
 
+/// The alignment numba gives an element: its size, a complex number's parts' size (a power
+/// of two).
+pub(super) fn alignment(scalar: Scalar) -> usize {
+    if scalar.is_complex() {
+        scalar.itemsize() / 2
+    } else {
+        scalar.itemsize()
+    }
+}
+
 /// Why a non-empty array's elements are not all aligned for its type, if they are not: a
 /// kernel reading one would fault with `CUDA_ERROR_MISALIGNED_ADDRESS`, which leaves the
 /// context unusable. The alignment is numba's for the element (a complex number's is its
 /// parts'), a power of two, so this costs two masks per dimension.
 #[inline]
 fn misalignment(data: u64, shape: &[i64], strides: &[i64], scalar: Scalar) -> Option<String> {
-    let align = if scalar.is_complex() {
-        scalar.itemsize() / 2
-    } else {
-        scalar.itemsize()
-    } as u64;
+    let align = alignment(scalar) as u64;
     let mask = align - 1;
     if data & mask != 0 {
         return Some(format!(

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use smallvec::SmallVec;
 
-use super::arrays::{dtype_scalar, layout_of, push_array};
+use super::arrays::{alignment, dtype_scalar, layout_of, push_array};
 use super::fingerprint::LAYOUT_A;
 use super::{Position, Scratch};
 use crate::errors::Result;
@@ -78,11 +78,7 @@ pub(super) fn read(
         return Ok(());
     };
     let itemsize = scalar.itemsize() as i64;
-    let align = if scalar.is_complex() {
-        itemsize / 2
-    } else {
-        itemsize
-    } as usize;
+    let align = alignment(scalar);
     if layout_of(&exported.shape, &exported.strides, itemsize) == LAYOUT_A
         || exported.host % align != 0
     {

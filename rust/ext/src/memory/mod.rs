@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use fastlaunch_driver::{self as driver, Context, Event, LaunchContext, StagingRing};
 
 use crate::devices::driver;
-use crate::errors::Result;
+use crate::errors::{Error, Result};
 
 pub(crate) use handles::{
     context_synchronize, event_create, event_destroy, event_elapsed_ms, event_query, event_record,
@@ -58,6 +58,12 @@ fn live_context(driver: &driver::Driver, key: u64) -> Option<Context> {
         None => memory.context.address() as u64 == key,
     };
     alive.then_some(memory.context)
+}
+
+/// `nbytes` as a byte count: a negative one is refused, naming the argument.
+fn byte_count(nbytes: i64) -> Result<usize> {
+    usize::try_from(nbytes)
+        .map_err(|_| Error::Value(format!("nbytes must not be negative, got {nbytes}")))
 }
 
 /// The thread's current context (made current if none is), and its driver.

@@ -4,14 +4,13 @@
 use fastlaunch_driver::PinnedBuffer;
 use pyo3::prelude::*;
 
-use super::current;
-use crate::errors::{Error, Result};
+use super::{byte_count, current};
+use crate::errors::Result;
 
 /// `nbytes` of portable pinned host memory; its address.
 #[pyfunction]
 pub(crate) fn pinned_alloc(nbytes: i64) -> Result<usize> {
-    let nbytes = usize::try_from(nbytes)
-        .map_err(|_| Error::Value(format!("nbytes must not be negative, got {nbytes}")))?;
+    let nbytes = byte_count(nbytes)?;
     let (driver, _) = current()?;
     Ok(PinnedBuffer::alloc(driver, nbytes)?.into_raw() as usize)
 }

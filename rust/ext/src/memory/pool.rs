@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 
 use fastlaunch_driver::LaunchContext;
 
-use super::{current, live_context, with_context_memory};
+use super::{byte_count, current, live_context, with_context_memory};
 use crate::devices::driver;
 use crate::errors::{Error, Result};
 
@@ -23,8 +23,7 @@ pub(crate) fn context_key() -> Result<u64> {
 #[pyfunction]
 #[pyo3(signature = (nbytes, stream = 0))]
 pub(crate) fn mem_alloc(nbytes: i64, stream: usize) -> Result<u64> {
-    let nbytes = usize::try_from(nbytes)
-        .map_err(|_| Error::Value(format!("nbytes must not be negative, got {nbytes}")))?;
+    let nbytes = byte_count(nbytes)?;
     let (driver, context) = current()?;
     // the context's memory state, so that a free from another thread can find its handle
     with_context_memory(driver, &context, |_| Ok(()))?;

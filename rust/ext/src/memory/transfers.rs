@@ -9,7 +9,7 @@ use fastlaunch_driver::StagingRing;
 use pyo3::prelude::*;
 
 use super::buffer::HostBuffer;
-use super::{current, with_context_memory};
+use super::{byte_count, current, with_context_memory};
 use crate::errors::{Error, Result};
 
 /// Copies `host`'s bytes (a contiguous buffer; its first `nbytes`, all when None) to
@@ -98,11 +98,6 @@ fn copied_len(buffer: &HostBuffer, nbytes: Option<i64>) -> Result<usize> {
         )));
     }
     Ok(nbytes)
-}
-
-fn byte_count(nbytes: i64) -> Result<usize> {
-    usize::try_from(nbytes)
-        .map_err(|_| Error::Value(format!("nbytes must not be negative, got {nbytes}")))
 }
 
 /// Copies `nbytes` from device `src` to device `dst` in `stream`'s order.
