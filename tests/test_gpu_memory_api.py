@@ -352,6 +352,58 @@ def test_frees_wait_for_a_copy_on_a_non_blocking_stream():
         assert (transfers.copy_to_host(fresh) == -1.0).all()
 
 
+@fl.jit
+def slow_copy_fastlaunch(out, a, spins):
+    i = cuda.grid(1)
+    if i < a.size:
+        t = a[i]
+        for _ in range(spins):
+            t = t * 0.5 + a[i] * 0.5
+        out[i] = t
+
+
+def test_no_use_after_free_after_a_kernel_on_a_non_blocking_stream():
+    """A long fastlaunch kernel on a non-blocking stream reads an array allocated on the legacy
+    stream; the array is dropped (its free, on the legacy stream, flushed); arrays allocated
+    and written on another stream at once do not get its memory while the kernel reads it."""
+    side = cuda.external_stream(_owned_stream_non_blocking().handle)
+    other = flm.stream()
+    n = 1 << 16
+    host = np.arange(n, dtype=np.float64)
+    source, out = fl.to_device(host), fl.device_array(n)
+    cuda.synchronize()
+    slow_copy_fastlaunch[n // 256, 256, side](out, source, 1 << 20)
+    del source
+    cuda.current_context().memory_manager.deallocations.clear()
+    kept = []
+    for _ in range(8):
+        fresh = fl.device_array(n, stream=other)
+        transfers.copy_to_device(fresh, np.full(n, -1.0), stream=other)
+        kept.append(fresh)
+    side.synchronize()
+    assert np.array_equal(transfers.copy_to_host(out), host)
+
+
+def test_a_kernel_on_a_non_blocking_stream_sees_what_to_device_copied():
+    """`to_device` with no stream returns once the bytes are staged, its copy queued on the
+    legacy stream (here behind a long kernel); a fastlaunch kernel launched at once on a
+    non-blocking stream reads the copied values, as under numba-cuda (whose copy waits)."""
+    side = cuda.external_stream(_owned_stream_non_blocking().handle)
+    n = 1 << 16
+    host = np.arange(n, dtype=np.float64)
+    busy_in, busy_out = fl.to_device(host), fl.device_array(n)
+    results = []
+    for to_device in (cuda.to_device, fl.to_device):
+        slow_copy[n // 256, 256](busy_out, busy_in, 1 << 20)  # keeps the legacy stream busy
+        source = to_device(host + 1)
+        out = fl.device_array(n, stream=side)
+        slow_copy_fastlaunch[n // 256, 256, side](out, source, 1)
+        side.synchronize()
+        results.append(transfers.copy_to_host(out))
+    assert np.array_equal(results[0], host + 1)
+    assert np.array_equal(results[1], host + 1)
+
+
 def _owned_stream_non_blocking():
     _owned_streams.append(_core.Stream.create(True))
     return _owned_streams[-1]

@@ -188,7 +188,7 @@ impl CompiledCode {
     pub(crate) unsafe fn submit(
         &self,
         py: Python<'_>,
-        driver: &driver::Driver,
+        driver: &'static driver::Driver,
         launch: &LaunchContext,
         dims: &LaunchDims,
         cluster: Option<[u32; 3]>,
@@ -200,6 +200,7 @@ impl CompiledCode {
                 .allow(driver, &self.kernel, ordinal, dims.shared_mem_bytes)?;
         }
         let function = self.function_in(driver, launch)?;
+        crate::memory::before_launch(driver, launch, dims.stream)?;
         crate::launch::submitted::note(params);
         let options = LaunchOptions {
             cooperative: self.cooperative,

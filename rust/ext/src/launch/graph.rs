@@ -285,6 +285,7 @@ impl Graph {
                 "this graph was captured in another CUDA context; replay it there".into(),
             ));
         }
+        crate::memory::before_launch(driver, &current, handle)?;
         Ok(graph.launch(handle)?)
     }
 

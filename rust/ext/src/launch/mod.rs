@@ -426,6 +426,10 @@ fn launch_with_numba(
     args: &Bound<'_, PyTuple>,
 ) -> Result<()> {
     graph::hold_if_capturing(dims.stream, args);
+    if crate::memory::in_use() {
+        let driver = driver()?;
+        crate::memory::before_launch(driver, &driver.launch_context()?, dims.stream)?;
+    }
     kernel_object.call_method1(
         intern!(py, "_launch_with_numba"),
         launch_arguments(py, args, dims, stream),

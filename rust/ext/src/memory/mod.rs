@@ -12,6 +12,7 @@
 
 mod buffer;
 mod handles;
+mod ordering;
 mod pinned;
 mod pool;
 mod transfers;
@@ -28,6 +29,7 @@ pub(crate) use handles::{
     event_synchronize, stream_create, stream_destroy, stream_query, stream_synchronize,
     stream_wait_event,
 };
+pub(crate) use ordering::{before_launch, in_use};
 pub(crate) use pinned::{pinned_alloc, pinned_free};
 pub(crate) use pool::{
     context_key, mem_alloc, mem_free, pool_release_threshold, pool_trim, pool_usage,
@@ -44,6 +46,8 @@ pub(crate) struct ContextMemory {
     pub(crate) ring: StagingRing,
     /// Recorded on a stream a free must follow (`Driver::free_after`).
     pub(crate) fence: Event,
+    /// Recorded after each copy to the device on the legacy stream (`ordering.rs`).
+    pub(crate) copied: Event,
 }
 
 static CONTEXTS: Mutex<Vec<ContextMemory>> = Mutex::new(Vec::new());
@@ -69,6 +73,7 @@ fn byte_count(nbytes: i64) -> Result<usize> {
 /// The thread's current context (made current if none is), and its driver.
 fn current() -> Result<(&'static driver::Driver, LaunchContext)> {
     let driver = driver()?;
+    ordering::note_in_use();
     let context = driver.launch_context()?;
     Ok((driver, context))
 }
@@ -89,6 +94,7 @@ pub(crate) fn with_context_memory<T>(
                 context: context.context,
                 ring: StagingRing::new(driver),
                 fence: Event::create(driver, false)?,
+                copied: Event::create(driver, false)?,
             });
             contexts.len() - 1
         }

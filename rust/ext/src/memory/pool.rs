@@ -51,6 +51,7 @@ pub(crate) fn mem_free(
         None => SmallVec::new(),
     };
     let (driver, current_context) = current()?;
+    super::ordering::before_free(driver)?;
     let free = |on: &LaunchContext| {
         with_context_memory(driver, on, |memory| {
             driver.free_after(pointer, stream, &after, &memory.fence)

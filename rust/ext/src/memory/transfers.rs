@@ -9,6 +9,7 @@ use fastlaunch_driver::StagingRing;
 use pyo3::prelude::*;
 
 use super::buffer::HostBuffer;
+use super::ordering::{after_copy_to_device, before_copy};
 use super::{byte_count, current, with_context_memory};
 use crate::errors::{Error, Result};
 
@@ -27,6 +28,7 @@ pub(crate) fn copy_to_device(
     let buffer = HostBuffer::take(host, false, "host")?;
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
+    before_copy(driver, &context, stream)?;
     let capturing = driver.stream_is_capturing(stream)?;
     let copy = move || {
         // SAFETY: the buffer stays exported (and so in place) until `buffer` drops after this;
@@ -39,7 +41,8 @@ pub(crate) fn copy_to_device(
         }
         with_context_memory(driver, &context, |memory| {
             // SAFETY: as above.
-            unsafe { memory.ring.copy_to_device(pointer, host, stream) }
+            unsafe { memory.ring.copy_to_device(pointer, host, stream) }?;
+            after_copy_to_device(memory, stream)
         })
     };
     let copied = if StagingRing::stages(len) {
@@ -65,6 +68,7 @@ pub(crate) fn copy_to_host(
     let buffer = HostBuffer::take(host, true, "host")?;
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
+    before_copy(driver, &context, stream)?;
     let capturing = driver.stream_is_capturing(stream)?;
     let copied = py.detach(move || {
         // SAFETY: the writable export stays (and the memory in place) until `buffer` drops
@@ -108,7 +112,8 @@ pub(crate) fn copy_device(dst: u64, src: u64, nbytes: i64, stream: usize) -> Res
     if nbytes == 0 {
         return Ok(());
     }
-    let (driver, _) = current()?;
+    let (driver, context) = current()?;
+    before_copy(driver, &context, stream)?;
     // SAFETY: the caller gives device ranges of `nbytes` bytes (the Python layer passes its
     // arrays' own allocations); the driver refuses pointers it does not know.
     Ok(unsafe { driver.copy_device_async(dst, src, nbytes, stream) }?)
@@ -122,7 +127,8 @@ pub(crate) fn memset(pointer: u64, value: u8, nbytes: i64, stream: usize) -> Res
     if nbytes == 0 {
         return Ok(());
     }
-    let (driver, _) = current()?;
+    let (driver, context) = current()?;
+    before_copy(driver, &context, stream)?;
     // SAFETY: as for `copy_device`.
     Ok(unsafe { driver.memset_async(pointer, value, nbytes, stream) }?)
 }
