@@ -433,3 +433,91 @@ print(len(calls))
 """
     )
     assert lines == ["[0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0, 0.0]", "3"]
+
+
+def test_new_arrays_are_numba_cudas_own_in_every_attribute(run_on_stand_in):
+    """`device_array`, `device_array_like` and `to_device` built by fastlaunch (objects.py,
+    its shortcuts for contiguous layouts) against what numba-cuda's constructors make of the
+    same arguments over the same memory: `prepare_shape_strides_dtype`, `AutoFreePointer`
+    (as its memory manager's `memalloc` makes it), `.own()` and `DeviceNDArray(...)`; and the
+    arguments the shortcuts leave to numba-cuda raise its errors."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from numba.cuda.api_util import prepare_shape_strides_dtype
+from numba.cuda.cudadrv.driver import AutoFreePointer, OwnedPointer
+
+def pointers(owned):
+    memory = owned._mem
+    return (
+        type(owned), list(vars(owned)), type(owned._view), owned.device_ctypes_pointer.value,
+        type(owned.device_ctypes_pointer), type(memory.device_pointer),
+        int(memory.device_pointer), memory.handle is memory.device_pointer,
+        [(k, v) for k, v in vars(memory).items() if k not in ("context", "_finalizer",
+         "device_pointer", "handle")], list(vars(memory)), memory.refct,
+    )
+
+kept = []
+
+def theirs_over(ours, shape, strides, dtype, stream):
+    memory = ours.gpu_data._mem
+    mine = AutoFreePointer(
+        memory.context, memory.device_pointer, memory.size, finalizer=lambda: None
+    )
+    kept.append(mine)  # (as its memory manager's allocations keep it)
+    return DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=mine.own())
+
+def same(ours, theirs):
+    a, b = dict(vars(ours)), dict(vars(theirs))
+    return (
+        type(ours) is type(theirs) and list(a) == list(b)
+        and pointers(a.pop("gpu_data")) == pointers(b.pop("gpu_data")) and a == b
+        and ours._dummy is theirs._dummy
+    )
+
+results = []
+calls = [
+    ((16,), {}), ((16,), {"dtype": "float32"}), (((np.int64(5),),), {}),
+    (((3, 4),), {"dtype": np.int16}), (((3, 4),), {"order": "F", "dtype": np.dtype("complex64")}),
+    (([2, 3],), {}),
+    (((2, 3, 4),), {"strides": (96, 32, 8)}), ((7,), {"stream": 7001}), (((1, 1),), {}),
+    ((True,), {}), (((2, 3),), {"dtype": [("a", "f4"), ("b", "i2")]}),
+]
+for args, kws in calls:
+    kws = {"dtype": "float64", "strides": None, "order": "C", "stream": 0, **kws}
+    ours = fl.device_array(*args, **kws)
+    shape, strides, dtype = prepare_shape_strides_dtype(
+        args[0], kws["strides"], kws["dtype"], kws["order"]
+    )
+    results.append(same(ours, theirs_over(ours, shape, strides, dtype, kws["stream"])))
+from numba.cuda import api as numba_api
+for host in (np.arange(12.0), np.zeros((3, 4), np.int8, order="F"), np.zeros((4, 6))[:, ::2],
+             np.array(3.5), np.arange(5).astype("datetime64[D]"), np.ones(3)[::2]):
+    ours = fl.device_array_like(host)
+    shape, strides, dtype = prepare_shape_strides_dtype(
+        host.shape, numba_api._contiguous_strides_like_array(host), host.dtype,
+        numba_api._order_like_array(host),
+    )
+    results.append(same(ours, theirs_over(ours, shape, strides, dtype, 0)))
+    if host.flags.c_contiguous or host.flags.f_contiguous:  # numba-cuda's from_array_like
+        ours = fl.to_device(host, stream=7002)
+        theirs = theirs_over(ours, host.shape, host.strides, host.dtype, 7002)
+        results.append(same(ours, theirs))
+errors = []
+bad = [((2.0,), {}), (((2, 2.0),), {}), ((4,), {"order": "X"}), ((4,), {"dtype": "nope"}),
+       (((2, 3),), {"order": "K"})]
+for args, kws in bad:  # (numba-cuda's device_array fails each before it needs a context)
+    for make in (fl.device_array, numba_api.device_array.__wrapped__):
+        try:
+            make(*args, **kws)
+            errors.append(None)
+        except Exception as error:
+            errors.append(type(error).__name__)
+print(errors[0::2] == errors[1::2], errors[0::2])
+print(len(results), all(results), [i for i, r in enumerate(results) if not r])
+"""
+    )
+    assert lines == [
+        "True ['TypeError', 'TypeError', 'ValueError', 'TypeError', 'ValueError']",
+        "21 True []",
+    ]

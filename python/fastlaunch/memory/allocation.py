@@ -10,6 +10,7 @@ numba-cuda's ``Context`` is looked up once per context (by its unique id), not p
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from typing import Any
@@ -74,21 +75,32 @@ def _configured_threshold() -> int:
 def allocate(nbytes: int, stream_handle: int) -> Any:
     """``nbytes`` of device memory for an array used on ``stream_handle``: a numba-cuda
     pointer (an ``OwnedPointer``, as ``Context.memalloc`` returns)."""
-    key, ctx = context()
+    key = _core.context_key() if _core.current_context() is not None else None
+    ctx = _contexts.get(key)
+    if ctx is None:
+        key, ctx = context()
     manager = ctx.memory_manager
-    if type(manager) is not numba_cuda.cudadrv_driver().NumbaCUDAMemoryManager:
+    if type(manager) is not _numba_memory_manager():
         return ctx.memalloc(nbytes)  # the user's EMM plugin allocates
     if nbytes < 0:
         raise OverflowError(f"cannot allocate a negative number of bytes ({nbytes})")
-    address = _pool_alloc(nbytes, stream_handle, manager)
+    try:
+        address = _core.mem_alloc(nbytes, stream_handle)
+    except CudaError as error:
+        address = _pool_alloc_again(error, nbytes, stream_handle, manager)
     streams = [] if stream_handle in _ORDERED_WITH_LEGACY else [stream_handle]
     _streams[address] = streams
-    memory, owned = objects.pool_memory(
-        _proxies[key], address, nbytes, _finalizer(manager, address, key, streams, nbytes)
-    )
+    allocations = manager.allocations
+    release = _PoolFree(allocations, manager.deallocations, address, key, streams, nbytes)
+    memory, owned = objects.pool_memory(_proxies[key], address, nbytes, release)
     # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
-    _dict_set(manager.allocations, address, memory)
+    _dict_set(allocations, address, memory)
     return owned
+
+
+@functools.cache
+def _numba_memory_manager() -> type:
+    return numba_cuda.cudadrv_driver().NumbaCUDAMemoryManager
 
 
 def note_stream(gpu_data: Any, stream_handle: int) -> None:
@@ -107,39 +119,58 @@ def note_stream(gpu_data: Any, stream_handle: int) -> None:
         streams.append(stream_handle)
 
 
-def _pool_alloc(nbytes: int, stream_handle: int, manager: Any) -> int:
-    """A pool allocation; on running out of memory, the pending deallocations are flushed
-    and it is tried again, then numba-cuda's ``CudaAPIError`` is raised (as numba-cuda's
-    memory manager does)."""
-    for attempt in range(2):
-        try:
-            return _core.mem_alloc(nbytes, stream_handle)
-        except CudaError as error:
-            code = getattr(error, "code", None)
-            if code != numba_cuda.out_of_memory_code():
-                raise
-            if attempt == 0:
-                manager.deallocations.clear()
-                continue
-            message = f"Call to cuMemAllocAsync results in {error}"
-            raise numba_cuda.cuda_api_error(code, message) from None
-    raise AssertionError("unreachable")  # pragma: no cover
+def _pool_alloc_again(error: CudaError, nbytes: int, stream_handle: int, manager: Any) -> int:
+    """After a pool allocation failed with ``error``: when it ran out of memory, the pending
+    deallocations are flushed and it is tried again, then numba-cuda's ``CudaAPIError`` is
+    raised (as numba-cuda's memory manager does); any other error is raised as it is."""
+    code = getattr(error, "code", None)
+    if code != numba_cuda.out_of_memory_code():
+        raise error
+    manager.deallocations.clear()
+    try:
+        return _core.mem_alloc(nbytes, stream_handle)
+    except CudaError as again:
+        code = getattr(again, "code", None)
+        if code != numba_cuda.out_of_memory_code():
+            raise
+        message = f"Call to cuMemAllocAsync results in {again}"
+        raise numba_cuda.cuda_api_error(code, message) from None
 
 
-def _finalizer(manager: Any, address: int, key: int, streams: list, nbytes: int) -> Any:
+class _PoolFree(objects.Release):
     """numba-cuda's ``_alloc_finalizer`` for pool memory: the free waits in the context's
     deallocation queue (``cuda.defer_cleanup()`` holds it there)."""
-    allocations = manager.allocations
-    deallocations = manager.deallocations
 
-    def core() -> None:
-        if allocations:
-            allocations.pop(address, None)
+    __slots__ = ("address", "allocations", "deallocations", "key", "nbytes", "streams")
+
+    def __init__(
+        self,
+        allocations: Any,
+        deallocations: Any,
+        address: int,
+        key: int,
+        streams: list,
+        nbytes: int,
+    ) -> None:
+        self.allocations = allocations
+        self.deallocations = deallocations
+        self.address = address
+        self.key = key
+        self.streams = streams
+        self.nbytes = nbytes
+
+    def __call__(self) -> None:
+        # Release.__call__ and release() in one
+        if not self.alive:
+            return
+        self.alive = False
+        objects.forget(self)
+        address, streams = self.address, self.streams
+        if self.allocations:
+            self.allocations.pop(address, None)
         if _streams.get(address) is streams:
             del _streams[address]
-        deallocations.add_item(_free, (address, key, tuple(streams)), nbytes)
-
-    return core
+        self.deallocations.add_item(_free, (address, self.key, tuple(streams)), self.nbytes)
 
 
 def _free(item: tuple[int, int, tuple]) -> None:

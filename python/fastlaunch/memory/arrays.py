@@ -6,6 +6,7 @@ queue as numba-cuda frees its own)."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import weakref
 from typing import Any
 
@@ -20,8 +21,83 @@ def device_array(
     shape: Any, dtype: Any = "float64", strides: Any = None, order: str = "C", stream: Any = 0
 ) -> Any:
     """numba-cuda's ``cuda.device_array``: an uninitialised ``DeviceNDArray``."""
+    if strides is None and type(order) is str:
+        described = _contiguous_layout(shape, order, dtype)
+        if described is not None:
+            dtype = described[0]
+            gpu_data = allocate(described[6], stream_handle(stream))
+            return objects.device_ndarray(described[1:], dtype, stream, gpu_data)
     shape, strides, dtype = numba_cuda.prepare_shape_strides_dtype(shape, strides, dtype, order)
     return new_device_array(shape, strides, dtype, stream, "shape")
+
+
+#: per (shape, itemsize, order) of a contiguous array: its ``objects.layout``
+_contiguous: dict[tuple, tuple] = {}
+#: per dtype argument (a name or a scalar type): NumPy's dtype for it
+_dtypes: dict[Any, Any] = {}
+
+
+def _contiguous_layout(shape: Any, order: str, dtype: Any) -> tuple | None:
+    """``(dtype, *objects.layout(...))`` of the contiguous array ``device_array`` makes for
+    these arguments (with no strides given), where its shape is an ``int`` or a tuple of
+    ``int``, every extent positive, and ``order`` is "C" or "F"; else None (numba-cuda's
+    normalisation and checks take it)."""
+    if type(shape) is int:
+        if shape <= 0:
+            return None
+    elif type(shape) is tuple:
+        for n in shape:
+            if type(n) is not int or n <= 0:
+                return None
+    else:
+        return None
+    if order != "C" and order != "F":
+        return None
+    if type(dtype) is str or type(dtype) is type:
+        np_dtype = _dtypes.get(dtype)
+        if np_dtype is None:
+            np_dtype = _numpy_dtype(dtype)
+    elif isinstance(dtype, _dtype_class()):
+        np_dtype = dtype  # numpy.dtype(dtype) is dtype itself
+    else:
+        np_dtype = _numpy_dtype(dtype)
+    itemsize = np_dtype.itemsize
+    key = (shape, itemsize, order)
+    described = _contiguous.get(key)
+    if described is None:
+        extents = (shape,) if type(shape) is int else shape
+        strides = _contiguous_strides(extents, itemsize, order)
+        described = _contiguous[key] = objects.layout(extents, strides, itemsize)
+    return (np_dtype, *described)
+
+
+def _numpy_dtype(dtype: Any) -> Any:
+    """``numpy.dtype(dtype)``, remembered for names and scalar types (which always give the
+    same dtype)."""
+    import numpy as np
+
+    made = np.dtype(dtype)
+    if type(dtype) is str or type(dtype) is type:
+        _dtypes[dtype] = made
+    return made
+
+
+@functools.cache
+def _dtype_class() -> type:
+    import numpy as np
+
+    return np.dtype
+
+
+def _contiguous_strides(shape: tuple, itemsize: int, order: str) -> tuple:
+    """The strides of a C- or F-contiguous array (numba-cuda's ``_fill_stride_by_order``)."""
+    strides = [0] * len(shape)
+    stride = itemsize
+    axes = range(len(shape) - 1, -1, -1) if order == "C" else range(len(shape))
+    for axis in axes:
+        strides[axis] = stride
+        stride *= shape[axis]
+    return tuple(strides)
 
 
 def new_device_array(shape: Any, strides: Any, dtype: Any, stream: Any, argument: str) -> Any:
@@ -29,9 +105,9 @@ def new_device_array(shape: Any, strides: Any, dtype: Any, stream: Any, argument
     ``DeviceNDArray(shape, strides, dtype, stream=stream)`` makes it (``argument`` names the
     caller's argument in errors)."""
     if _plain_layout(shape, strides):
-        nbytes = numba_cuda.memory_classes().memory_size_from_info(shape, strides, dtype.itemsize)
-        gpu_data = allocate(nbytes, stream_handle(stream))
-        return objects.device_ndarray(shape, strides, dtype, stream, gpu_data)
+        described = objects.layout(shape, strides, dtype.itemsize)
+        gpu_data = allocate(described[5], stream_handle(stream))
+        return objects.device_ndarray(described, dtype, stream, gpu_data)
     # empty, negative or unusual shapes: numba-cuda's constructor, over memory from the pool
     _require_integer_extents(shape)
     nbytes = _extent(shape, strides, dtype.itemsize)
@@ -44,9 +120,13 @@ def new_device_array(shape: Any, strides: Any, dtype: Any, stream: Any, argument
 
 def device_array_like(ary: Any, stream: Any = 0) -> Any:
     """numba-cuda's ``cuda.device_array_like``."""
+    shape = ary.shape
+    if type(shape) is tuple and len(shape) == 1:
+        # numba-cuda gives a one-dimensional array no strides and order "C"
+        return device_array(shape, ary.dtype, None, "C", stream)
     api = numba_cuda.api()
     return device_array(
-        shape=ary.shape,
+        shape=shape,
         dtype=ary.dtype,
         strides=api._contiguous_strides_like_array(ary),
         order=api._order_like_array(ary),

@@ -2,11 +2,12 @@
 very state numba-cuda's constructors leave them (the same attributes, in the same order):
 
 - ``device_ndarray``: a ``DeviceNDArray`` as ``DeviceNDArray.__init__`` makes one over
-  existing memory (its ``_dummy`` from ``dummyarray.Array.from_desc``, which numba-cuda caches
-  per layout), without ``__init__``'s shape normalisation, done by the caller;
+  existing memory, from a ``layout`` (its ``_dummy`` the very object
+  ``dummyarray.Array.from_desc`` returns, which numba-cuda caches per layout), without
+  ``__init__``'s shape normalisation, done by the caller;
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
   ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
-  ``_finalizer`` a ``_Release``: what ``MemoryPointer.free`` uses of a ``weakref.finalize``);
+  ``_finalizer`` a ``Release``: what ``MemoryPointer.free`` uses of a ``weakref.finalize``);
 - ``numba_stream``, ``numba_event``: a ``Stream`` as ``Context.create_stream`` makes one,
   an ``Event`` as ``Context.create_event`` makes one;
 - ``owned_view``: what ``gpu_data.view(begin, end)`` returns for an ``OwnedPointer``
@@ -33,84 +34,89 @@ _new = object.__new__
 _proxy = weakref.proxy
 _ref = weakref.ref
 
-#: the weak references that run OwnedPointers' releases, held until they run
+#: the weak references that run streams' and events' releases, held until they run
 _releases: set[Any] = set()
 
 
-def device_ndarray(shape: tuple, strides: tuple, dtype: Any, stream: Any, gpu_data: Any) -> Any:
+#: numba-cuda's classes these objects are made of, once looked up
+_classes: Any = None
+
+
+def kinds() -> Any:
+    """numba-cuda's classes these objects are made of (``_numba_compat.memory_classes``)."""
+    global _classes
+    if _classes is None:
+        _classes = numba_cuda.memory_classes()
+    return _classes
+
+
+#: per (shape, strides, itemsize): what a DeviceNDArray of that layout holds, from numba-cuda's
+#: dummy array for it (ndim, the dummy, shape, strides, size, alloc_size); one entry per
+#: layout, as numba-cuda's own cache of dummy arrays keeps one
+_layouts: dict[tuple, tuple] = {}
+
+
+def layout(shape: tuple, strides: tuple, itemsize: int) -> tuple:
+    """The attributes a ``DeviceNDArray`` of this layout takes from its dummy array: ``shape``
+    and ``strides`` tuples of positive (shape) ``int`` of one length."""
+    key = (shape, strides, itemsize)
+    found = _layouts.get(key)
+    if found is None:
+        classes = kinds()
+        dummy = classes.from_desc(0, shape, strides, itemsize)
+        shape, strides = dummy.shape, dummy.strides
+        alloc_size = classes.memory_size_from_info(shape, strides, itemsize)
+        found = _layouts[key] = (len(shape), dummy, shape, strides, dummy.size, alloc_size)
+    return found
+
+
+def device_ndarray(described: tuple, dtype: Any, stream: Any, gpu_data: Any) -> Any:
     """``DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=gpu_data)`` for a
-    non-empty array: ``shape`` and ``strides`` tuples of ``int`` of one length, ``dtype`` a
-    NumPy dtype."""
-    kinds = numba_cuda.memory_classes()
-    itemsize = dtype.itemsize
-    dummy = kinds.from_desc(0, shape, strides, itemsize)
-    shape = dummy.shape
-    strides = dummy.strides
-    array = _new(kinds.DeviceNDArray)
+    non-empty array of the ``layout`` ``described``, ``dtype`` a NumPy dtype."""
+    ndim, dummy, shape, strides, size, alloc_size = described
+    array = _new((_classes or kinds()).DeviceNDArray)
     # the attributes DeviceNDArrayBase.__init__ sets, in its order
-    array.__dict__.update(
-        ndim=len(shape),
-        _dummy=dummy,
-        shape=shape,
-        strides=strides,
-        dtype=dtype,
-        size=dummy.size,
-        alloc_size=kinds.memory_size_from_info(shape, strides, itemsize),
-        gpu_data=gpu_data,
-        stream=stream,
-    )
+    array.ndim = ndim
+    array._dummy = dummy
+    array.shape = shape
+    array.strides = strides
+    array.dtype = dtype
+    array.size = size
+    array.alloc_size = alloc_size
+    array.gpu_data = gpu_data
+    array.stream = stream
     return array
 
 
-def pool_memory(context: Any, address: int, nbytes: int, finalizer: Any) -> Any:
-    """An ``AutoFreePointer`` over ``address`` owned through an ``OwnedPointer`` (what
-    ``NumbaCUDAMemoryManager.memalloc`` returns), with ``finalizer`` as its release; returns
-    ``(memory, owned)``. ``context`` is a weak proxy of numba-cuda's ``Context``."""
-    kinds = numba_cuda.memory_classes()
-    pointer = kinds.CUdeviceptr(address)
-    memory = _new(kinds.AutoFreePointer)
-    # MemoryPointer.__init__'s attributes, in its order; AutoFreePointer drops refct to 0
-    memory.__dict__.update(
-        context=context,
-        device_pointer=pointer,
-        size=nbytes,
-        _cuda_memsize_=nbytes,
-        is_managed=True,
-        refct=0,
-        handle=pointer,
-        _owner=None,
-    )
-    memory._finalizer = _Release(memory, finalizer)
-    proxy = _proxy(memory)
-    return memory, _owned(kinds, proxy, proxy, address)
-
-
-class _Release:
+class Release:
     """What ``MemoryPointer.free`` asks of the ``weakref.finalize`` numba-cuda keeps as a
-    pointer's ``_finalizer``: ``alive``, and calling it runs the release once (again: nothing);
-    the release also runs when the pointer is collected unreleased (its context was reset).
-    Half the cost of a ``weakref.finalize``; no release at interpreter exit."""
+    pointer's ``_finalizer``: ``alive``, and calling it runs ``release()`` once (again:
+    nothing); the release also runs when the pointer is collected unreleased (its context
+    was reset). Half the cost of a ``weakref.finalize``; no release at interpreter exit.
+    Subclasses say what ``release`` does; ``pool_memory`` sets ``alive`` and watches the
+    pointer."""
 
-    __slots__ = ("_callback", "_reference", "alive")
-
-    def __init__(self, owner: Any, callback: Any) -> None:
-        self._callback = callback
-        self.alive = True
-        self._reference = reference = _ref(owner, _collected)
-        _pending[reference] = self
+    __slots__ = ("_reference", "alive")
 
     def __call__(self) -> Any:
-        callback = self._callback
-        if callback is None:
+        if not self.alive:
             return None
-        self._callback = None
         self.alive = False
         _pending.pop(self._reference, None)
-        return callback()
+        return self.release()
+
+    def release(self) -> Any:
+        raise NotImplementedError
 
 
 #: the releases of pointers still alive, by the weak reference to each
-_pending: dict[Any, _Release] = {}
+_pending: dict[Any, Release] = {}
+
+
+def forget(release: Release) -> None:
+    """For a subclass's ``__call__`` (which does ``Release.__call__``'s work itself): the
+    pointer's collection is not to run ``release`` any more."""
+    _pending.pop(release._reference, None)
 
 
 def _collected(reference: Any) -> None:
@@ -119,13 +125,93 @@ def _collected(reference: Any) -> None:
         release()
 
 
+def pool_memory(context: Any, address: int, nbytes: int, release: Release) -> Any:
+    """An ``AutoFreePointer`` over ``address`` owned through an ``OwnedPointer`` (what
+    ``NumbaCUDAMemoryManager.memalloc`` returns), with ``release`` as its finalizer; returns
+    ``(memory, owned)``. ``context`` is a weak proxy of numba-cuda's ``Context``."""
+    classes = _classes or kinds()
+    pointer = classes.CUdeviceptr(address)
+    memory = _new(classes.AutoFreePointer)
+    # MemoryPointer.__init__'s attributes, in its order; AutoFreePointer drops refct to 0,
+    # OwnedPointer takes it to 1
+    memory.context = context
+    memory.device_pointer = pointer
+    memory.size = nbytes
+    memory._cuda_memsize_ = nbytes
+    memory.is_managed = True
+    memory.refct = 1
+    memory.handle = pointer
+    memory._owner = None
+    memory._finalizer = release
+    release.alive = True
+    release._reference = reference = _ref(memory, _collected)
+    _pending[reference] = release
+    # OwnedPointer(proxy): its attributes, in its order
+    proxy = _proxy(memory)
+    owned = _new(classes.OwnedPointer)
+    owned._mem = proxy
+    owned._view = proxy
+    _owners[_ref(owned, _deref)] = proxy
+    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
+    return memory, owned
+
+
+def owned_view(gpu_data: Any, address: int, begin: int, end: int) -> Any:
+    """``gpu_data.view(begin, end)`` for an ``OwnedPointer`` of numba-cuda's memory at
+    ``address`` (non-null: the callers check), 0 <= begin <= end."""
+    classes = _classes or kinds()
+    view = gpu_data._view
+    owner = view.owner  # the owning allocation itself (MemoryPointer.owner)
+    address += begin
+    pointer = classes.CUdeviceptr(address)
+    memory = _new(classes.MemoryPointer)
+    memory.context = view.context
+    memory.device_pointer = pointer
+    memory.size = end - begin
+    memory._cuda_memsize_ = end - begin
+    memory.is_managed = False
+    memory.refct = 1
+    memory.handle = pointer
+    memory._owner = owner
+    return _owned(classes, _proxy(owner), memory, address)
+
+
+#: per live OwnedPointer made here, by the weak reference that runs its release: the owner
+#: (a weak proxy) it holds a reference on
+_owners: dict[Any, Any] = {}
+
+
+def _owned(classes: Any, memory_proxy: Any, view: Any, address: int) -> Any:
+    """``OwnedPointer(memory_proxy, view)``: takes a reference on the owner; its release
+    gives it back (numba-cuda's ``deref``)."""
+    owned = _new(classes.OwnedPointer)
+    owned._mem = memory_proxy
+    owned._view = view
+    memory_proxy.refct += 1
+    _owners[_ref(owned, _deref)] = memory_proxy
+    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
+    return owned
+
+
+def _deref(reference: Any) -> None:
+    """numba-cuda's ``deref`` of an ``OwnedPointer`` that was collected."""
+    memory = _owners.pop(reference)
+    try:
+        memory.refct -= 1
+        assert memory.refct >= 0
+        if memory.refct == 0:
+            memory.free()
+    except ReferenceError:
+        pass
+
+
 def numba_stream(handle: int, release: Any, argument: Any) -> Any:
     """A numba-cuda ``Stream`` over ``handle``, as ``Context.create_stream`` makes one (not
     external); when it is collected, ``release(argument)`` runs (where numba-cuda's
     finalizer queues the stream's destruction)."""
-    kinds = numba_cuda.memory_classes()
-    made = _new(kinds.Stream)
-    made.__dict__.update(handle=kinds.CUstream(handle), external=False)
+    classes = kinds()
+    made = _new(classes.Stream)
+    made.__dict__.update(handle=classes.CUstream(handle), external=False)
 
     def collected(reference: Any) -> None:
         _releases.discard(reference)
@@ -138,9 +224,9 @@ def numba_stream(handle: int, release: Any, argument: Any) -> Any:
 def numba_event(handle: int, deallocations: Any) -> Any:
     """A numba-cuda ``Event`` over ``handle``, as ``Context.create_event`` makes one: when it
     is collected, the event's destruction is queued in ``deallocations`` (the context's)."""
-    kinds = numba_cuda.memory_classes()
-    made = _new(kinds.Event)
-    made.__dict__.update(handle=kinds.CUevent(handle))
+    classes = kinds()
+    made = _new(classes.Event)
+    made.__dict__.update(handle=classes.CUevent(handle))
 
     def collected(reference: Any) -> None:
         _releases.discard(reference)
@@ -148,48 +234,3 @@ def numba_event(handle: int, deallocations: Any) -> Any:
 
     _releases.add(_ref(made, collected))
     return made
-
-
-def owned_view(gpu_data: Any, begin: int, end: int) -> Any:
-    """``gpu_data.view(begin, end)`` for an ``OwnedPointer`` of numba-cuda's memory with a
-    non-null address (the callers check), 0 <= begin <= end."""
-    kinds = numba_cuda.memory_classes()
-    view = gpu_data._view
-    owner = view.owner  # the owning allocation itself (MemoryPointer.owner)
-    address = int(view.device_pointer) + begin
-    pointer = kinds.CUdeviceptr(address)
-    memory = _new(kinds.MemoryPointer)
-    memory.__dict__.update(
-        context=view.context,
-        device_pointer=pointer,
-        size=end - begin,
-        _cuda_memsize_=end - begin,
-        is_managed=False,
-        refct=1,
-        handle=pointer,
-        _owner=owner,
-    )
-    return _owned(kinds, _proxy(owner), memory, address)
-
-
-def _owned(kinds: Any, memory_proxy: Any, view: Any, address: int) -> Any:
-    """``OwnedPointer(memory_proxy, view)``: takes a reference on the owner; its release
-    gives it back (numba-cuda's ``deref``)."""
-    owned = _new(kinds.OwnedPointer)
-    pointer = kinds.device_ctypes_pointer(address)
-    owned.__dict__.update(_mem=memory_proxy, _view=view, device_ctypes_pointer=pointer)
-    memory_proxy.refct += 1
-
-    def deref(_: Any, memory: Any = memory_proxy) -> None:
-        _releases.discard(reference)
-        try:
-            memory.refct -= 1
-            assert memory.refct >= 0
-            if memory.refct == 0:
-                memory.free()
-        except ReferenceError:
-            pass
-
-    reference = _ref(owned, deref)
-    _releases.add(reference)
-    return owned

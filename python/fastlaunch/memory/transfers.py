@@ -63,15 +63,16 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
     if source is None:  # scalars, records, lists, non-contiguous: numba-cuda's own path
         return _original_to_device()(obj, stream=stream, copy=copy)
     handle = stream_handle(stream)
+    shape = obj.shape
     if not obj.size:  # numba-cuda's constructor makes its null pointer
         device_array_class = numba_cuda.devicearray().DeviceNDArray
-        return device_array_class(obj.shape, obj.strides, obj.dtype, stream=stream)
-    shape, strides, dtype = obj.shape, obj.strides, obj.dtype
-    nbytes = numba_cuda.memory_classes().memory_size_from_info(shape, strides, dtype.itemsize)
-    gpu_data = allocate(nbytes, handle)
-    array = objects.device_ndarray(shape, strides, dtype, stream, gpu_data)
+        return device_array_class(shape, obj.strides, obj.dtype, stream=stream)
+    dtype = obj.dtype
+    described = objects.layout(shape, obj.strides, dtype.itemsize)
+    gpu_data = allocate(described[5], handle)
+    array = objects.device_ndarray(described, dtype, stream, gpu_data)
     if copy:
-        _core.copy_to_device(gpu_data.device_ctypes_pointer.value, source, handle, obj.nbytes)
+        _core.copy_to_device(gpu_data.device_ctypes_pointer.value, source, handle)
     return array
 
 

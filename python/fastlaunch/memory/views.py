@@ -28,30 +28,46 @@ def getitem(self: Any, item: Any) -> Any:
 def first_axis_slice(self: Any, item: slice) -> Any:
     """``self[item]`` built here (``item`` a slice of the first axis with step 1), or None
     where numba-cuda's ``_do_getitem`` is to make it."""
-    kinds = numba_cuda.memory_classes()
-    shape = self.shape
-    if not shape or type(self) is not kinds.DeviceNDArray:
+    classes = objects.kinds()
+    if type(self) is not classes.DeviceNDArray:
         return None
     gpu_data = self.gpu_data
-    if type(gpu_data) is not kinds.OwnedPointer:
+    if type(gpu_data) is not classes.OwnedPointer:
         return None
-    strides = self.strides
-    if min(strides) <= 0 or min(shape) <= 0:
-        return None  # numba-cuda's dummy array treats these its own way
-    stride = strides[0]
-    start, stop, _ = item.indices(shape[0])
-    count = stop - start
-    if count <= 0:
+    shape, strides = self.shape, self.strides
+    if len(shape) == 1:
+        extent = shape[0]
+        stride = strides[0]
+        if stride <= 0 or extent <= 0:
+            return None  # numba-cuda's dummy array treats these its own way
+        start, stop, _ = item.indices(extent)
+        count = stop - start
+        if count <= 0:
+            return None
+        view_shape: tuple = (count,)
+        begin = start * stride
+        end = begin + (count - 1) * stride + self.dtype.itemsize
+    else:
+        if not shape or min(strides) <= 0 or min(shape) <= 0:
+            return None
+        stride = strides[0]
+        start, stop, _ = item.indices(shape[0])
+        count = stop - start
+        if count <= 0:
+            return None
+        view_shape = (count, *shape[1:])
+        # numba-cuda's extent of the sliced dummy array: first element to one past the last
+        begin = start * stride
+        end = begin + (count - 1) * stride + self.dtype.itemsize
+        for n, s in zip(shape[1:], strides[1:], strict=True):
+            end += (n - 1) * s
+    address = gpu_data.device_ctypes_pointer.value
+    if not address:
         return None
-    # numba-cuda's extent of the sliced dummy array: first element to one past the last
-    begin = start * stride
-    end = begin + (count - 1) * stride + self.dtype.itemsize
-    for n, s in zip(shape[1:], strides[1:], strict=True):
-        end += (n - 1) * s
-    if not int(gpu_data._view.device_pointer):
-        return None
-    memory = objects.owned_view(gpu_data, begin, end)
-    return objects.device_ndarray((count, *shape[1:]), strides, self.dtype, self.stream, memory)
+    memory = objects.owned_view(gpu_data, address, begin, end)
+    dtype = self.dtype
+    described = objects.layout(view_shape, strides, dtype.itemsize)
+    return objects.device_ndarray(described, dtype, self.stream, memory)
 
 
 def reshape(self: Any, *newshape: Any, **kws: Any) -> Any:
@@ -62,11 +78,11 @@ def reshape(self: Any, *newshape: Any, **kws: Any) -> Any:
     if len(newshape) == 1 and isinstance(newshape[0], (tuple, list)):
         newshape = newshape[0]
     if newshape == self.shape:  # numba-cuda's reshape gives its view no stream
-        return objects.device_ndarray(self.shape, self.strides, self.dtype, 0, self.gpu_data)
+        return _view_of(self, self.shape, self.strides, 0)
     dummy = self._dummy
     newarr, extents = dummy.reshape(*newshape, **kws)
     if extents == [dummy.extent]:
-        return objects.device_ndarray(newarr.shape, newarr.strides, self.dtype, 0, self.gpu_data)
+        return _view_of(self, newarr.shape, newarr.strides, 0)
     raise NotImplementedError("operation requires copying")
 
 
@@ -79,10 +95,16 @@ def ravel(self: Any, order: str = "C", stream: Any = 0) -> Any:
     dummy = self._dummy
     newarr, extents = dummy.ravel(order=order)
     if extents == [dummy.extent]:
-        return objects.device_ndarray(
-            newarr.shape, newarr.strides, self.dtype, stream, self.gpu_data
-        )
+        return _view_of(self, newarr.shape, newarr.strides, stream)
     raise NotImplementedError("operation requires copying")
+
+
+def _view_of(array: Any, shape: tuple, strides: tuple, stream: Any) -> Any:
+    """A ``DeviceNDArray`` of this layout over ``array``'s memory (numba-cuda's
+    ``DeviceNDArray(shape, strides, dtype, stream, gpu_data=array.gpu_data)``)."""
+    dtype = array.dtype
+    described = objects.layout(shape, strides, dtype.itemsize)
+    return objects.device_ndarray(described, dtype, stream, array.gpu_data)
 
 
 def _plain(array: Any) -> bool:
