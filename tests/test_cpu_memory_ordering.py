@@ -1,8 +1,8 @@
 """The memory API's work ordered with launches on non-blocking streams
-(`rust/ext/src/memory/ordering.rs`), on the stand-in driver, which counts the waits and
-synchronizations it is asked for: a launch on a non-blocking stream waits once for the
-copies to the device enqueued on the legacy stream; the next free waits for the context's
-work; blocking and default streams need neither."""
+(`rust/ext/src/memory/ordering.rs`), on the stand-in driver, which counts the waits it is
+asked for: a launch on a non-blocking stream waits once for the copies to the device enqueued
+on the legacy stream, and the next free (on the legacy stream) waits for an event recorded
+after it; blocking and default streams need neither."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ PRELUDE = (
     + """
 from fastlaunch.dispatcher import numba_type
 
-fake.fake_context_synchronizations.restype = ctypes.c_size_t
 fake.fake_stream_waits.restype = ctypes.c_size_t
 fake.fake_last_waiting_stream.restype = ctypes.c_void_p
 
@@ -29,9 +28,6 @@ def launch(stream, array):
     one._register(fingerprint, 90, types, COMPILED)
     one[1, 1, stream](array)
 
-def counts():
-    return fake.fake_stream_waits(), fake.fake_context_synchronizations()
-
 NON_BLOCKING = _core.stream_create(True)
 BLOCKING = _core.stream_create(False)
 device = fl.to_device(np.arange(8.0))
@@ -44,7 +40,7 @@ def test_a_launch_on_a_non_blocking_stream_waits_once_for_legacy_copies(run_on_s
     lines = run_on_stand_in(
         PRELUDE
         + """
-waits, _ = counts()
+waits = fake.fake_stream_waits()
 launch(NON_BLOCKING, device)
 print(fake.fake_stream_waits() - waits, fake.fake_last_waiting_stream() == NON_BLOCKING)
 launch(NON_BLOCKING, device)  # no copy since: no second wait
@@ -60,30 +56,36 @@ print(fake.fake_stream_waits() - waits)
     assert lines == ["1 True", "1", "2", "2"]
 
 
-def test_a_free_after_a_non_blocking_launch_waits_for_the_context(run_on_stand_in):
+def test_a_free_waits_for_the_launches_on_non_blocking_streams_since_the_last(run_on_stand_in):
     lines = run_on_stand_in(
         PRELUDE
         + """
-def free_after(stream):
+OTHER_NON_BLOCKING = _core.stream_create(True)
+
+def waits_of_a_free_after(*streams):
     array = fl.device_array(4)
-    launch(stream, array)
-    _, synchronized = counts()
+    for stream in streams:
+        launch(stream, array)
+    waits = fake.fake_stream_waits()
     del array
     gc.collect()
     context.deallocations.clear()
-    return fake.fake_context_synchronizations() - synchronized
+    return fake.fake_stream_waits() - waits, fake.fake_last_waiting_stream() in (0, None)
 
-print(free_after(BLOCKING), free_after(0), free_after(NON_BLOCKING), free_after(BLOCKING))
+print(waits_of_a_free_after(BLOCKING, 0, 2))
+print(waits_of_a_free_after(NON_BLOCKING, NON_BLOCKING))
+print(waits_of_a_free_after(BLOCKING))  # waited for already
+print(waits_of_a_free_after(NON_BLOCKING, OTHER_NON_BLOCKING, BLOCKING))
 """
     )
-    assert lines == ["0 0 1 0"]
+    assert lines == ["(0, True)", "(1, True)", "(0, True)", "(2, True)"]
 
 
 def test_a_copy_on_a_non_blocking_stream_waits_for_legacy_copies(run_on_stand_in):
     lines = run_on_stand_in(
         PRELUDE
         + """
-waits, _ = counts()
+waits = fake.fake_stream_waits()
 back = np.empty(8)
 _core.copy_to_host(back, ADDRESS, NON_BLOCKING)
 _core.copy_to_host(back, ADDRESS, NON_BLOCKING)

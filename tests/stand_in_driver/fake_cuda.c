@@ -56,16 +56,8 @@ int cuCtxPushCurrent_v2(void *context) { current_context = context; return OK; }
 int cuCtxPopCurrent_v2(void **context) { *context = current_context; current_context = 0; return OK; }
 int cuCtxGetDevice(int *device) { *device = 0; return OK; }
 int cuCtxGetId(void *context, unsigned long long *id) { *id = (unsigned long long)(size_t)context; return OK; }
-/* Counted for tests of the memory API's ordering (fake_context_synchronizations,
- * fake_stream_waits and the stream last made to wait). */
-static size_t context_synchronizations, stream_waits;
-static void *last_waiting_stream;
-size_t fake_context_synchronizations(void) { return context_synchronizations; }
-size_t fake_stream_waits(void) { return stream_waits; }
-void *fake_last_waiting_stream(void) { return last_waiting_stream; }
 int cuCtxSynchronize(void) {
     if (capturing) { capture_invalidated = 1; return CAPTURE_UNSUPPORTED; }
-    context_synchronizations++;
     return OK;
 }
 int cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = *total = (size_t)1 << 34; return OK; }
@@ -97,6 +89,12 @@ int cuStreamGetFlags(void *stream, unsigned *flags) {
 int cuStreamDestroy_v2(void) { return OK; }
 int cuStreamSynchronize(void) { return OK; }
 int cuStreamQuery(void) { return OK; }
+/* Counted for tests of the memory API's ordering: how many waits, and the stream last made
+ * to wait. */
+static size_t stream_waits;
+static void *last_waiting_stream;
+size_t fake_stream_waits(void) { return stream_waits; }
+void *fake_last_waiting_stream(void) { return last_waiting_stream; }
 int cuStreamWaitEvent(void *stream) { stream_waits++; last_waiting_stream = stream; return OK; }
 int cuStreamIsCapturing(void *stream, int *status) { (void)stream; *status = 0; return OK; }
 int cuEventCreate(void **event) { *event = &context_token; return OK; }

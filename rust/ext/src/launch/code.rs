@@ -200,7 +200,7 @@ impl CompiledCode {
                 .allow(driver, &self.kernel, ordinal, dims.shared_mem_bytes)?;
         }
         let function = self.function_in(driver, launch)?;
-        crate::memory::before_launch(driver, launch, dims.stream)?;
+        let followed = crate::memory::before_launch(driver, launch, dims.stream)?;
         crate::launch::submitted::note(params);
         let options = LaunchOptions {
             cooperative: self.cooperative,
@@ -213,6 +213,9 @@ impl CompiledCode {
         } else {
             submit()
         };
+        if followed && submitted.is_ok() {
+            crate::memory::after_launch(driver, launch, dims.stream)?;
+        }
         submitted.map_err(|refused| {
             limits::explain_launch_failure(
                 driver,

@@ -285,8 +285,12 @@ impl Graph {
                 "this graph was captured in another CUDA context; replay it there".into(),
             ));
         }
-        crate::memory::before_launch(driver, &current, handle)?;
-        Ok(graph.launch(handle)?)
+        let followed = crate::memory::before_launch(driver, &current, handle)?;
+        graph.launch(handle)?;
+        if followed {
+            crate::memory::after_launch(driver, &current, handle)?;
+        }
+        Ok(())
     }
 
     fn instantiated(&self) -> Result<&Arc<driver::Graph>> {

@@ -426,13 +426,19 @@ fn launch_with_numba(
     args: &Bound<'_, PyTuple>,
 ) -> Result<()> {
     graph::hold_if_capturing(dims.stream, args);
-    if crate::memory::in_use() {
+    let followed = if crate::memory::in_use() {
         let driver = driver()?;
-        crate::memory::before_launch(driver, &driver.launch_context()?, dims.stream)?;
-    }
+        let context = driver.launch_context()?;
+        crate::memory::before_launch(driver, &context, dims.stream)?.then_some((driver, context))
+    } else {
+        None
+    };
     kernel_object.call_method1(
         intern!(py, "_launch_with_numba"),
         launch_arguments(py, args, dims, stream),
     )?;
+    if let Some((driver, context)) = followed {
+        crate::memory::after_launch(driver, &context, dims.stream)?;
+    }
     Ok(())
 }

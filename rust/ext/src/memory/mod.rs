@@ -29,7 +29,7 @@ pub(crate) use handles::{
     event_synchronize, stream_create, stream_destroy, stream_query, stream_synchronize,
     stream_wait_event,
 };
-pub(crate) use ordering::{before_launch, in_use};
+pub(crate) use ordering::{after_launch, before_launch, in_use};
 pub(crate) use pinned::{pinned_alloc, pinned_free};
 pub(crate) use pool::{
     context_key, mem_alloc, mem_free, pool_release_threshold, pool_trim, pool_usage,
@@ -48,6 +48,8 @@ pub(crate) struct ContextMemory {
     pub(crate) fence: Event,
     /// Recorded after each copy to the device on the legacy stream (`ordering.rs`).
     pub(crate) copied: Event,
+    /// The non-blocking streams launched on, each with its event (`ordering.rs`).
+    pub(crate) launched: Vec<ordering::LaunchedOn>,
 }
 
 static CONTEXTS: Mutex<Vec<ContextMemory>> = Mutex::new(Vec::new());
@@ -95,6 +97,7 @@ pub(crate) fn with_context_memory<T>(
                 ring: StagingRing::new(driver),
                 fence: Event::create(driver, false)?,
                 copied: Event::create(driver, false)?,
+                launched: Vec::new(),
             });
             contexts.len() - 1
         }

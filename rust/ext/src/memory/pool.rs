@@ -7,6 +7,7 @@ use smallvec::SmallVec;
 
 use fastlaunch_driver::LaunchContext;
 
+use super::ordering::order_free_after_launches;
 use super::{byte_count, current, live_context, with_context_memory};
 use crate::devices::driver;
 use crate::errors::{Error, Result};
@@ -51,9 +52,9 @@ pub(crate) fn mem_free(
         None => SmallVec::new(),
     };
     let (driver, current_context) = current()?;
-    super::ordering::before_free(driver)?;
     let free = |on: &LaunchContext| {
         with_context_memory(driver, on, |memory| {
+            order_free_after_launches(driver, memory, stream)?;
             driver.free_after(pointer, stream, &after, &memory.fence)
         })
     };
