@@ -94,3 +94,25 @@ print(fake.fake_stream_waits() - waits)
 """
     )
     assert lines == ["1"]
+
+
+def test_a_capture_on_a_non_blocking_stream_is_left_to_record_its_own_order(run_on_stand_in):
+    """Inside a capture the stream's flags are not asked (the driver refuses, and the capture
+    is lost) and nothing waits; its replay on a non-blocking stream is followed as a launch."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+waits = fake.fake_stream_waits()
+with fl.graph() as graph:  # a new non-blocking stream
+    launch(graph.stream, device)
+print(fake.fake_stream_waits() - waits, graph.captured)
+graph.replay()  # waits for the legacy copy, then its event is what a free waits for
+print(fake.fake_stream_waits() - waits)
+array = fl.device_array(4)
+del array
+gc.collect()
+context.deallocations.clear()
+print(fake.fake_stream_waits() - waits)
+"""
+    )
+    assert lines == ["0 True", "1", "2"]

@@ -81,6 +81,8 @@ int cuStreamCreate(void **stream, unsigned flags) {
     return OK;
 }
 int cuStreamGetFlags(void *stream, unsigned *flags) {
+    /* as the driver: not while capturing, and asking invalidates the capture */
+    if (capturing) { capture_invalidated = 1; return CAPTURE_UNSUPPORTED; }
     char *token = stream;
     int ours = token >= stream_tokens && token < stream_tokens + MAX_STREAMS;
     *flags = ours ? stream_flags[token - stream_tokens] : 0;
@@ -96,7 +98,11 @@ static void *last_waiting_stream;
 size_t fake_stream_waits(void) { return stream_waits; }
 void *fake_last_waiting_stream(void) { return last_waiting_stream; }
 int cuStreamWaitEvent(void *stream) { stream_waits++; last_waiting_stream = stream; return OK; }
-int cuStreamIsCapturing(void *stream, int *status) { (void)stream; *status = 0; return OK; }
+int cuStreamIsCapturing(void *stream, int *status) {
+    (void)stream;
+    *status = capturing ? (capture_invalidated ? 2 : 1) : 0;
+    return OK;
+}
 int cuEventCreate(void **event) { *event = &context_token; return OK; }
 int cuEventDestroy_v2(void) { return OK; }
 int cuEventRecord(void) { return OK; }

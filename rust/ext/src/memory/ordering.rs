@@ -64,6 +64,8 @@ fn is_legacy(stream: usize) -> bool {
     stream == 0 || stream == LEGACY_STREAM
 }
 
+/// Whether `stream` is a non-blocking stream; never asked of a stream being captured
+/// (`cuStreamGetFlags` would invalidate the capture).
 fn non_blocking(driver: &driver::Driver, stream: usize) -> Result<bool> {
     let special = is_legacy(stream) || stream == PER_THREAD_STREAM;
     Ok(!special && driver.stream_flags(stream)? & driver::STREAM_NON_BLOCKING != 0)
@@ -90,7 +92,10 @@ pub(crate) fn before_launch(
     context: &LaunchContext,
     stream: usize,
 ) -> Result<bool> {
-    if !in_use() || !non_blocking(driver, stream)? || driver.stream_is_capturing(stream)? {
+    if !in_use() || is_legacy(stream) || stream == PER_THREAD_STREAM {
+        return Ok(false);
+    }
+    if driver.stream_is_capturing(stream)? || !non_blocking(driver, stream)? {
         return Ok(false); // a capture records its own dependencies, and cannot wait on ours
     }
     wait_for_legacy_copies(driver, context, stream)?;
