@@ -29,6 +29,7 @@ _proxies: dict[int, Any] = {}
 _streams: dict[int, list[int]] = {}
 
 _dict_set = dict.__setitem__
+_new = object.__new__
 
 #: the special stream handles a free on the legacy stream is already ordered after:
 #: default, legacy, per-thread (blocking streams order with the legacy stream too)
@@ -91,7 +92,13 @@ def allocate(nbytes: int, stream_handle: int) -> Any:
     streams = [] if stream_handle in _ORDERED_WITH_LEGACY else [stream_handle]
     _streams[address] = streams
     allocations = manager.allocations
-    release = _PoolFree(allocations, manager.deallocations, address, key, streams, nbytes)
+    release = _new(_PoolFree)  # (its __init__, inline)
+    release.allocations = allocations
+    release.deallocations = manager.deallocations
+    release.address = address
+    release.key = key
+    release.streams = streams
+    release.nbytes = nbytes
     memory, owned = objects.pool_memory(_proxies[key], address, nbytes, release)
     # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
     _dict_set(allocations, address, memory)
@@ -143,21 +150,14 @@ class _PoolFree(objects.Release):
 
     __slots__ = ("address", "allocations", "deallocations", "key", "nbytes", "streams")
 
-    def __init__(
-        self,
-        allocations: Any,
-        deallocations: Any,
-        address: int,
-        key: int,
-        streams: list,
-        nbytes: int,
-    ) -> None:
-        self.allocations = allocations
-        self.deallocations = deallocations
-        self.address = address
-        self.key = key
-        self.streams = streams
-        self.nbytes = nbytes
+    #: set by ``allocate``: the manager's ``allocations`` and ``deallocations``, the pool
+    #: address, its context's key, the streams its free follows, its size
+    allocations: Any
+    deallocations: Any
+    address: int
+    key: int
+    streams: list
+    nbytes: int
 
     def __call__(self) -> None:
         # Release.__call__ and release() in one

@@ -10,8 +10,8 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
   ``_finalizer`` a ``Release``: what ``MemoryPointer.free`` uses of a ``weakref.finalize``);
 - ``numba_stream``, ``numba_event``: a ``Stream`` as ``Context.create_stream`` makes one,
   an ``Event`` as ``Context.create_event`` makes one;
-- ``owned_view``: what ``gpu_data.view(begin, end)`` returns for an ``OwnedPointer``
-  (a ``MemoryPointer`` view of the owner, in a new ``OwnedPointer``).
+- ``array_view``: a ``DeviceNDArray`` over what ``gpu_data.view(begin, end)`` returns for an
+  ``OwnedPointer`` (a ``MemoryPointer`` view of the owner, in a new ``OwnedPointer``).
 
 An ``OwnedPointer``'s release (numba-cuda's ``deref``: the owner's reference count down, the
 owner freed at zero) runs from a weak reference's callback, as it does under numba-cuda
@@ -102,7 +102,7 @@ class Release:
         if not self.alive:
             return None
         self.alive = False
-        _pending.pop(self._reference, None)
+        forget(self)
         return self.release()
 
     def release(self) -> Any:
@@ -117,6 +117,7 @@ def forget(release: Release) -> None:
     """For a subclass's ``__call__`` (which does ``Release.__call__``'s work itself): the
     pointer's collection is not to run ``release`` any more."""
     _pending.pop(release._reference, None)
+    release._reference = None  # (a weak reference alive still would call back for nothing)
 
 
 def _collected(reference: Any) -> None:
@@ -151,19 +152,22 @@ def pool_memory(context: Any, address: int, nbytes: int, release: Release) -> An
     owned = _new(classes.OwnedPointer)
     owned._mem = proxy
     owned._view = proxy
-    _owners[_ref(owned, _deref)] = proxy
+    _owners[_ref(owned, _deref)] = (proxy, release)
     owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
     return memory, owned
 
 
-def owned_view(gpu_data: Any, address: int, begin: int, end: int) -> Any:
-    """``gpu_data.view(begin, end)`` for an ``OwnedPointer`` of numba-cuda's memory at
-    ``address`` (non-null: the callers check), 0 <= begin <= end."""
+def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, shape: tuple) -> Any:
+    """``DeviceNDArray(shape, array.strides, array.dtype, array.stream,
+    gpu_data=gpu_data.view(begin, end))``: what ``array[a:b]`` makes, for an ``OwnedPointer``
+    ``gpu_data`` of numba-cuda's memory at ``address`` (non-null: the callers check),
+    0 <= begin <= end, and the view's ``shape`` (the array's, first extent aside)."""
     classes = _classes or kinds()
     view = gpu_data._view
     owner = view.owner  # the owning allocation itself (MemoryPointer.owner)
     address += begin
     pointer = classes.CUdeviceptr(address)
+    # MemoryPointer.view: a MemoryPointer of the owner ...
     memory = _new(classes.MemoryPointer)
     memory.context = view.context
     memory.device_pointer = pointer
@@ -173,34 +177,52 @@ def owned_view(gpu_data: Any, address: int, begin: int, end: int) -> Any:
     memory.refct = 1
     memory.handle = pointer
     memory._owner = owner
-    return _owned(classes, _proxy(owner), memory, address)
+    # ... in an OwnedPointer, which takes a reference on the owner
+    owner = _proxy(owner)
+    owned = _new(classes.OwnedPointer)
+    owned._mem = owner
+    owned._view = memory
+    owner.refct += 1
+    _owners[_ref(owned, _deref)] = (owner, None)
+    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
+    # the DeviceNDArray over it
+    dtype = array.dtype
+    strides = array.strides
+    described = _layouts.get((shape, strides, dtype.itemsize))
+    if described is None:
+        described = layout(shape, strides, dtype.itemsize)
+    ndim, dummy, shape, strides, size, alloc_size = described
+    made = _new(classes.DeviceNDArray)
+    made.ndim = ndim
+    made._dummy = dummy
+    made.shape = shape
+    made.strides = strides
+    made.dtype = dtype
+    made.size = size
+    made.alloc_size = alloc_size
+    made.gpu_data = owned
+    made.stream = array.stream
+    return made
 
 
 #: per live OwnedPointer made here, by the weak reference that runs its release: the owner
-#: (a weak proxy) it holds a reference on
+#: (a weak proxy) it holds a reference on, and the owner's ``Release`` when made here
 _owners: dict[Any, Any] = {}
 
 
-def _owned(classes: Any, memory_proxy: Any, view: Any, address: int) -> Any:
-    """``OwnedPointer(memory_proxy, view)``: takes a reference on the owner; its release
-    gives it back (numba-cuda's ``deref``)."""
-    owned = _new(classes.OwnedPointer)
-    owned._mem = memory_proxy
-    owned._view = view
-    memory_proxy.refct += 1
-    _owners[_ref(owned, _deref)] = memory_proxy
-    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
-    return owned
-
-
 def _deref(reference: Any) -> None:
-    """numba-cuda's ``deref`` of an ``OwnedPointer`` that was collected."""
-    memory = _owners.pop(reference)
+    """numba-cuda's ``deref`` of an ``OwnedPointer`` that was collected; at zero, a pool
+    pointer's ``Release`` runs here (what ``MemoryPointer.free`` does with it), any other
+    owner's ``free()`` runs."""
+    memory, release = _owners.pop(reference)
     try:
         memory.refct -= 1
         assert memory.refct >= 0
         if memory.refct == 0:
-            memory.free()
+            if release is not None and release.alive:
+                release()
+            else:
+                memory.free()  # (numba-cuda's error for memory freed already, too)
     except ReferenceError:
         pass
 

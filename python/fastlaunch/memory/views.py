@@ -1,7 +1,7 @@
 """numba-cuda's ``DeviceNDArray`` views made without its slow paths: ``d[a:b]``
 (``__getitem__``), ``reshape`` and ``ravel``. Each computes what numba-cuda computes (its
 ``dummyarray`` where the case is not the plain one) and builds the view as
-``objects.device_ndarray`` and ``objects.owned_view`` do; whatever is outside the cases
+``objects.device_ndarray`` and ``objects.array_view`` do; whatever is outside the cases
 handled here goes to numba-cuda's own code (``_do_getitem``, the original methods), so its
 results and errors stay its own. Neither asks numba-cuda for its context (a view allocates
 nothing)."""
@@ -28,7 +28,7 @@ def getitem(self: Any, item: Any) -> Any:
 def first_axis_slice(self: Any, item: slice) -> Any:
     """``self[item]`` built here (``item`` a slice of the first axis with step 1), or None
     where numba-cuda's ``_do_getitem`` is to make it."""
-    classes = objects.kinds()
+    classes = objects._classes or objects.kinds()
     if type(self) is not classes.DeviceNDArray:
         return None
     gpu_data = self.gpu_data
@@ -64,10 +64,7 @@ def first_axis_slice(self: Any, item: slice) -> Any:
     address = gpu_data.device_ctypes_pointer.value
     if not address:
         return None
-    memory = objects.owned_view(gpu_data, address, begin, end)
-    dtype = self.dtype
-    described = objects.layout(view_shape, strides, dtype.itemsize)
-    return objects.device_ndarray(described, dtype, self.stream, memory)
+    return objects.array_view(self, gpu_data, address, begin, end, view_shape)
 
 
 def reshape(self: Any, *newshape: Any, **kws: Any) -> Any:
