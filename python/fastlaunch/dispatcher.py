@@ -164,6 +164,14 @@ class Kernel(_core.Kernel):
             specialization._fastlaunch_kernel = made
         return made
 
+    def recompile(self) -> None:
+        """numba-cuda's ``recompile`` (every signature compiled afresh, its cache rewritten),
+        and fastlaunch's overloads forgotten with numba-cuda's, so that the next launch
+        takes the new code."""
+        self._dispatcher.recompile()
+        self._compiled.clear()
+        self._clear_overloads()
+
     def forall(self, ntasks: int, tpb: int = 0, stream: Any = 0, sharedmem: int = 0) -> Any:
         """numba-cuda's ``forall`` (1-D launch over ``ntasks``; ``tpb=0`` asks the driver for
         a block size), launching the specialized kernel through fastlaunch. numba-cuda's
@@ -274,6 +282,11 @@ class Kernel(_core.Kernel):
         Types them with numba and compiles. Returns ``(param_types, target)`` for Rust to
         register (see ``_core._KernelHooks``): the compiled overload's numba parameter types
         and ``target(packed)``, or ``(None, launch)`` for kernels numba-cuda launches."""
+        if self._dispatcher.targetoptions.get("extensions"):
+            # extensions added since the kernel was made (numba-cuda's dispatcher keeps the
+            # list it was given, and they may append to it): numba-cuda launches from now on
+            self._set_always_numba(True)
+            return None, self._launch_with_numba
         argtypes = tuple(numba_type(d) for d in descriptors)
         # Not under the compile lock: numba-cuda's compiler lock serialises compiles, and
         # code run during a compile (launch-config-sensitive typing) may wait on another
