@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastlaunch import _capture_hooks, _core, _numpy_compat, errors
+from fastlaunch import _capture_hooks, _core, _fork, _numpy_compat, errors
 from fastlaunch._core import driver_version, is_available, synchronize
 from fastlaunch._installer import install, is_installed, uninstall
 from fastlaunch.devices import Device, DeviceList, current_device, gpus, select_device
@@ -46,6 +46,7 @@ from fastlaunch.torch_ops import TorchOp, torch_op
 
 __version__: str = _core.__version__
 
+_fork.watch_forks()  # a child forked after numba-cuda initialised CUDA raises, never crashes
 _numpy_compat.apply()  # NumPy 2.5 lacks np.row_stack, which numba-cuda 0.30 names
 _capture_hooks.install()  # launches follow torch's and CuPy's graph captures
 

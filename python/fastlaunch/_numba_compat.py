@@ -308,6 +308,12 @@ def device_array_class_if_imported() -> type | None:
     return None if devicearray is None else devicearray.DeviceNDArray
 
 
+def initialized_cuda() -> bool:
+    """Whether numba-cuda's driver initialised CUDA in this process (never imports it)."""
+    driver = sys.modules.get("numba.cuda.cudadrv.driver")
+    return driver is not None and getattr(driver.driver, "pid", None) is not None
+
+
 # -- the memory API (fastlaunch.memory) ----------------------------------------------------
 
 
@@ -371,6 +377,13 @@ def device_pointer(address: int) -> Any:
 @functools.cache
 def out_of_memory_code() -> int:
     return int(cudadrv_driver().binding.CUresult.CUDA_ERROR_OUT_OF_MEMORY)
+
+
+def driver_error_class() -> type:
+    """numba-cuda's ``CudaDriverError`` (what its driver raises in a forked child)."""
+    from numba.cuda.cudadrv.error import CudaDriverError
+
+    return CudaDriverError
 
 
 def cuda_api_error(code: int, message: str) -> Exception:

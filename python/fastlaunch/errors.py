@@ -86,6 +86,8 @@ def _launch_refused_class() -> type:
 
 if TYPE_CHECKING:
 
+    class CudaForkedError(CudaUnavailableError): ...
+
     class LaunchRefusedError(LaunchConfigurationError):
         code: int
         name: str
@@ -101,7 +103,28 @@ if TYPE_CHECKING:
         def __init__(self, message: str, code: int, name: str, during: str) -> None: ...
 
 
+def _forked_error_class() -> type:
+    """What fastlaunch raises in a child forked after its parent initialised CUDA: a
+    ``CudaUnavailableError`` that is also numba-cuda's ``CudaDriverError`` (which numba-cuda
+    raises there, "CUDA initialized before forking"), so code catching either catches it."""
+    from fastlaunch import _numba_compat  # imports this module: not at the top
+
+    try:
+        numba_driver_error = _numba_compat.driver_error_class()
+    except ImportError:  # pragma: no cover - numba-cuda is a dependency
+        numba_driver_error = Exception
+
+    class CudaForkedError(CudaUnavailableError, numba_driver_error):  # type: ignore[misc,valid-type]
+        """CUDA used in a child forked after its parent initialised it."""
+
+    CudaForkedError.__module__ = __name__
+    return CudaForkedError
+
+
 def __getattr__(name: str) -> Any:
+    if name == "CudaForkedError":
+        globals()[name] = error_class = _forked_error_class()
+        return error_class
     if name == "CudaDriverError":
         globals()[name] = error_class = _driver_error_class()
         return error_class
@@ -113,6 +136,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CudaDriverError",
+    "CudaForkedError",
     "CudaError",
     "CudaUnavailableError",
     "KernelArgumentError",

@@ -22,6 +22,9 @@ pub enum Error {
     Invalid(String),
     /// A device ordinal out of range (`count` devices exist).
     NoSuchDevice { ordinal: i64, count: usize },
+    /// A child forked after its parent initialised CUDA: the driver's state does not survive
+    /// `fork`, and calls into it there fail, hang or crash.
+    Forked,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -37,6 +40,11 @@ impl fmt::Display for Error {
                 ..
             } => write!(f, "{name} while {during}: {message}"),
             Error::Invalid(why) => f.write_str(why),
+            Error::Forked => f.write_str(
+                "CUDA initialized before forking: CUDA cannot be used in a child forked after \
+                 its parent initialised it; start worker processes with the 'spawn' method \
+                 (multiprocessing.get_context('spawn'))",
+            ),
             Error::NoSuchDevice { ordinal, count } => write!(
                 f,
                 "device {ordinal} does not exist: there are {count} CUDA devices"

@@ -67,11 +67,17 @@ extern "C" {
 }
 
 impl Driver {
+    /// Marks this process as a child forked after its parent initialised CUDA through
+    /// another library (numba-cuda's driver): [`Driver::get`] refuses from now on.
+    pub fn mark_forked_child() {
+        mark_forked_child();
+    }
+
     /// The process-wide driver, loaded and initialised on first use.
     #[inline]
     pub fn get() -> Result<&'static Driver> {
         if FORKED_AFTER_INIT.load(Ordering::Relaxed) {
-            return Err(forked_child_error());
+            return Err(Error::Forked);
         }
         DRIVER
             .get_or_init(|| {
@@ -208,16 +214,6 @@ impl Driver {
             "synchronizing the context",
         )
     }
-}
-
-#[cold]
-fn forked_child_error() -> Error {
-    Error::Unavailable(
-        "CUDA was initialised in the parent process before fork(), and cannot be used in a \
-         forked child; start worker processes with the 'spawn' method \
-         (multiprocessing.get_context('spawn'))"
-            .into(),
-    )
 }
 
 #[cfg(test)]

@@ -65,6 +65,13 @@ pub(crate) fn driver_version() -> Result<(i32, i32)> {
     Ok((version / 1000, (version % 1000) / 10))
 }
 
+/// Marks this process as a child forked after numba-cuda's driver initialised CUDA in its
+/// parent (`fastlaunch/_fork.py`): every call needing the driver raises from now on.
+#[pyfunction]
+pub(crate) fn _mark_forked_child() {
+    fastlaunch_driver::Driver::mark_forked_child();
+}
+
 #[pyfunction]
 pub(crate) fn device_count() -> Result<usize> {
     Ok(driver()?.device_count())

@@ -91,6 +91,9 @@ impl From<Error> for PyErr {
                 "CudaDriverError",
                 (err.to_string(), code, name.clone(), during.clone()),
             ),
+            Error::Driver(ref err @ driver::Error::Forked) => {
+                python_exception(py, "CudaForkedError", (err.to_string(),))
+            }
             Error::Driver(driver::Error::Invalid(why)) => PyValueError::new_err(why),
             Error::Driver(ref err @ driver::Error::NoSuchDevice { .. }) => {
                 PyIndexError::new_err(err.to_string())

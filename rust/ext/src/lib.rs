@@ -65,6 +65,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(devices::unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(devices::driver_version, m)?)?;
     m.add_function(wrap_pyfunction!(devices::device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(devices::_mark_forked_child, m)?)?;
     m.add_function(wrap_pyfunction!(devices::device_index, m)?)?;
     m.add_function(wrap_pyfunction!(devices::device_name, m)?)?;
     m.add_function(wrap_pyfunction!(devices::device_uuid, m)?)?;
