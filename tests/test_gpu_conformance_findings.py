@@ -58,3 +58,25 @@ def test_extensions_appended_after_the_kernel_was_made_rewrite_its_arguments():
         kernel[1, 1](host)  # an In array: not copied back
         seen.append(int(host[0]))
     assert seen == [0, 0]
+
+
+def test_installed_transfers_do_not_go_through_numba_cudas_driver_functions():
+    """A deliberate difference (docs/differences.md): replacing numba-cuda's
+    `driver.cuMemcpyHtoD` / `cuMemcpyDtoH` (numba-cuda's `test_no_transfer_for_device_data`)
+    does not touch the memory API's transfers under `install()`."""
+    from numba.cuda.cudadrv import driver as numba_driver
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("numba-cuda's transfer function was called")
+
+    names = ("cuMemcpyHtoD", "cuMemcpyDtoH")
+    saved = {name: getattr(numba_driver.driver, name) for name in names}
+    with fl.install():
+        try:
+            for name in names:
+                setattr(numba_driver.driver, name, refuse)
+            back = cuda.to_device(np.arange(4.0)).copy_to_host()
+        finally:
+            for name, function in saved.items():
+                setattr(numba_driver.driver, name, function)
+    assert back.tolist() == [0.0, 1.0, 2.0, 3.0]
