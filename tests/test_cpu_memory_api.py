@@ -521,3 +521,64 @@ print(len(results), all(results), [i for i, r in enumerate(results) if not r])
         "True ['TypeError', 'TypeError', 'ValueError', 'TypeError', 'ValueError']",
         "21 True []",
     ]
+
+
+def test_pool_memory_is_released_as_numba_cuda_releases_its_own(run_on_stand_in):
+    """The release of pool memory follows numba-cuda's reference counting: views keep it,
+    the last `OwnedPointer` queues its free (once), an explicit `free()` queues it at once and
+    the last release then does nothing more (as for numba-cuda's own pointer), and a memory
+    manager's `reset()` frees what is still allocated."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+import sys
+from numba.cuda.cudadrv.driver import AutoFreePointer
+from fastlaunch.memory import views
+unraisable = []
+sys.unraisablehook = lambda hook: unraisable.append(str(hook.exc_value))
+pending = lambda: len(context.deallocations)
+with context.memory_manager.defer_cleanup():
+    a = fl.device_array(8)
+    owner = a.gpu_data._mem
+    view = views.getitem(a, slice(2, None))
+    before = pending()
+    print(owner.refct)
+    del a
+    gc.collect()
+    print(owner.refct, pending() - before)
+    del view
+    gc.collect()
+    print(pending() - before)
+    b = fl.device_array(8)
+    b.gpu_data.free()
+    print(pending() - before)
+    del b
+    gc.collect()
+    print(pending() - before, unraisable)
+    # numba-cuda's own pointer (kept by its manager's allocations alone), the same steps
+    allocations = {}
+    pointer = numba_driver.binding.CUdeviceptr(64)
+    theirs = AutoFreePointer(context, pointer, 8, finalizer=lambda: allocations.pop(64))
+    allocations[64] = theirs
+    owned = theirs.own()
+    del theirs
+    owned.free()
+    del owned
+    gc.collect()
+    print(unraisable)
+context.deallocations.clear()
+kept = [fl.device_array(16) for _ in range(3)]
+base = fake.fake_outstanding_allocations()
+context.memory_manager.reset()  # numba-cuda frees what is allocated, arrays alive or not
+print(base - fake.fake_outstanding_allocations())
+"""
+    )
+    assert lines == [
+        "2",
+        "1 0",
+        "1",
+        "2",
+        "2 []",
+        "[]",
+        "3",
+    ]
