@@ -1,7 +1,8 @@
 """A child forked after its parent initialised CUDA (through fastlaunch, or through numba-cuda's
 driver: `fastlaunch/_fork.py`) gets `CudaForkedError` from every fastlaunch call needing the
 driver, which is also numba-cuda's `CudaDriverError` ("CUDA initialized before forking"), as
-numba-cuda raises there; the parent goes on. On the stand-in driver."""
+numba-cuda raises there, and pickles (a worker's result); the parent goes on. On the stand-in
+driver."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ if pid == 0:
     try:
         call()
         print("child: no error")
-    except BaseException as error:
+    except BaseException as raised:
+        error = pickle.loads(pickle.dumps(raised))  # as a worker sends it to its parent
         print("child:", type(error).__name__, isinstance(error, fl.CudaUnavailableError),
               isinstance(error, NumbaCudaDriverError),
               "CUDA initialized before forking" in str(error))
@@ -23,7 +25,7 @@ print("parent ok")
 """
 
 PRELUDE = """
-import os, sys
+import os, pickle, sys
 import numpy as np
 from numba.cuda.cudadrv.error import CudaDriverError as NumbaCudaDriverError
 import fastlaunch as fl

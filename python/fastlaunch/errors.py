@@ -118,6 +118,7 @@ def _forked_error_class() -> type:
         """CUDA used in a child forked after its parent initialised it."""
 
     CudaForkedError.__module__ = __name__
+    CudaForkedError.__qualname__ = "CudaForkedError"  # pickled by name (a worker's result)
     return CudaForkedError
 
 
