@@ -341,15 +341,22 @@ def test_frees_wait_for_a_copy_on_a_non_blocking_stream():
     transfers.copy_to_device(dropped, host, stream=side)  # runs after the long kernel
     del dropped
     cuda.current_context().memory_manager.deallocations.clear()
-    kept = []
-    for _ in range(8):
-        fresh = fl.device_array(n, stream=other)
-        transfers.copy_to_device(fresh, np.full(n, -1.0), stream=other)
-        kept.append(fresh)
+    kept = _scribbled_at_once(other, n)
     other.synchronize()
     side.synchronize()
     for fresh in kept:
         assert (transfers.copy_to_host(fresh) == -1.0).all()
+
+
+def _scribbled_at_once(stream, n):
+    """Eight new arrays of `n` float64 allocated and filled with -1 on `stream` at once: what
+    would overwrite memory the pool handed out again too early."""
+    kept = []
+    for _ in range(8):
+        fresh = fl.device_array(n, stream=stream)
+        transfers.copy_to_device(fresh, np.full(n, -1.0), stream=stream)
+        kept.append(fresh)
+    return kept
 
 
 @fl.jit
@@ -375,11 +382,7 @@ def test_no_use_after_free_after_a_kernel_on_a_non_blocking_stream():
     slow_copy_fastlaunch[n // 256, 256, side](out, source, 1 << 20)
     del source
     cuda.current_context().memory_manager.deallocations.clear()
-    kept = []
-    for _ in range(8):
-        fresh = fl.device_array(n, stream=other)
-        transfers.copy_to_device(fresh, np.full(n, -1.0), stream=other)
-        kept.append(fresh)
+    _held = _scribbled_at_once(other, n)  # alive while the kernel may still read
     side.synchronize()
     assert np.array_equal(transfers.copy_to_host(out), host)
 

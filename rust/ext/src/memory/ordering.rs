@@ -151,19 +151,20 @@ pub(crate) fn order_free_after_launches(
     Ok(())
 }
 
-/// Before a copy on `stream`: when it is a non-blocking stream, it waits for the copies to
-/// the device on the legacy stream it has not waited for. (Frees already follow the
-/// streams their memory was copied on: `Driver::free_after`.)
+/// Before a copy on `stream`: when it is a non-blocking stream not being captured, it waits
+/// for the copies to the device on the legacy stream it has not waited for. (Frees already
+/// follow the streams their memory was copied on: `Driver::free_after`.) Returns whether
+/// `stream` is being captured.
 pub(crate) fn before_copy(
     driver: &'static driver::Driver,
     context: &LaunchContext,
     stream: usize,
-    capturing: bool,
-) -> Result<()> {
-    if capturing || !non_blocking(driver, stream)? {
-        return Ok(());
+) -> Result<bool> {
+    let capturing = driver.stream_is_capturing(stream)?;
+    if !capturing && non_blocking(driver, stream)? {
+        wait_for_legacy_copies(driver, context, stream)?;
     }
-    wait_for_legacy_copies(driver, context, stream)
+    Ok(capturing)
 }
 
 fn wait_for_legacy_copies(

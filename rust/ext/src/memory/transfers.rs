@@ -28,8 +28,7 @@ pub(crate) fn copy_to_device(
     let buffer = HostBuffer::take(host, false, "host")?;
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
-    let capturing = driver.stream_is_capturing(stream)?;
-    before_copy(driver, &context, stream, capturing)?;
+    let capturing = before_copy(driver, &context, stream)?;
     let copy = move || {
         // SAFETY: the buffer stays exported (and so in place) until `buffer` drops after this;
         // the caller gives a device range of at least `len` bytes.
@@ -68,8 +67,7 @@ pub(crate) fn copy_to_host(
     let buffer = HostBuffer::take(host, true, "host")?;
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
-    let capturing = driver.stream_is_capturing(stream)?;
-    before_copy(driver, &context, stream, capturing)?;
+    let capturing = before_copy(driver, &context, stream)?;
     let copied = py.detach(move || {
         // SAFETY: the writable export stays (and the memory in place) until `buffer` drops
         // after this; nothing else writes it meanwhile under the GIL's absence but other
@@ -113,12 +111,7 @@ pub(crate) fn copy_device(dst: u64, src: u64, nbytes: i64, stream: usize) -> Res
         return Ok(());
     }
     let (driver, context) = current()?;
-    before_copy(
-        driver,
-        &context,
-        stream,
-        driver.stream_is_capturing(stream)?,
-    )?;
+    before_copy(driver, &context, stream)?;
     // SAFETY: the caller gives device ranges of `nbytes` bytes (the Python layer passes its
     // arrays' own allocations); the driver refuses pointers it does not know.
     Ok(unsafe { driver.copy_device_async(dst, src, nbytes, stream) }?)
@@ -133,12 +126,7 @@ pub(crate) fn memset(pointer: u64, value: u8, nbytes: i64, stream: usize) -> Res
         return Ok(());
     }
     let (driver, context) = current()?;
-    before_copy(
-        driver,
-        &context,
-        stream,
-        driver.stream_is_capturing(stream)?,
-    )?;
+    before_copy(driver, &context, stream)?;
     // SAFETY: as for `copy_device`.
     Ok(unsafe { driver.memset_async(pointer, value, nbytes, stream) }?)
 }
