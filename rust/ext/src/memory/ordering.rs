@@ -13,8 +13,9 @@
 //!   stream may be destroyed (and its handle reused) at any time, an event recorded on it
 //!   stays valid.
 //!
-//! Programs that never used the memory API pay one relaxed atomic load per launch; launches
-//! on blocking and default streams nothing more.
+//! A launch pays one relaxed atomic load until the memory API is used; after that, a launch
+//! on a stream other than the default ones also asks whether it is being captured and its
+//! flags, and one on a non-blocking stream records its event.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
