@@ -33,7 +33,10 @@ pub use launch::{Function, LaunchDims, LaunchOptions};
 pub use library::{loaded_count, Kernel, KernelAttribute, Library};
 pub use memory::{DeviceBuffer, MemoryPool, PinnedBuffer, PointerLocation, PoolUsage, StagingRing};
 pub use params::ParamBuffer;
-pub use stream::{Event, Stream, LEGACY_STREAM, PER_THREAD_STREAM, STREAM_NON_BLOCKING};
+pub use stream::{
+    is_default_stream, is_legacy_stream, Event, Stream, LEGACY_STREAM, PER_THREAD_STREAM,
+    STREAM_NON_BLOCKING,
+};
 pub use sys::CUresult;
 
 use sys::{Api, CUDA_ERROR_NO_DEVICE, CUDA_SUCCESS};

@@ -19,6 +19,19 @@ pub const PER_THREAD_STREAM: usize = crate::sys::CU_STREAM_PER_THREAD;
 /// stream (`CU_STREAM_NON_BLOCKING`).
 pub const STREAM_NON_BLOCKING: u32 = crate::sys::CU_STREAM_NON_BLOCKING;
 
+/// Whether `stream` names the legacy default stream: 0 and [`LEGACY_STREAM`] both do.
+#[inline]
+pub fn is_legacy_stream(stream: usize) -> bool {
+    stream == 0 || stream == LEGACY_STREAM
+}
+
+/// Whether `stream` is a default stream (legacy or per-thread): both order with every
+/// blocking stream, and neither is a non-blocking stream.
+#[inline]
+pub fn is_default_stream(stream: usize) -> bool {
+    is_legacy_stream(stream) || stream == PER_THREAD_STREAM
+}
+
 use crate::error::Result;
 use crate::sys::{self, CUevent, CUstream};
 use crate::Driver;
@@ -39,10 +52,9 @@ impl Stream {
     /// A new stream in the current context; `non_blocking` streams do not
     /// synchronise with the legacy default stream.
     pub fn create(driver: &'static Driver, non_blocking: bool) -> Result<Stream> {
-        let flags = if non_blocking { STREAM_NON_BLOCKING } else { 0 };
         Ok(Stream {
             driver,
-            handle: driver.create_stream(flags)? as CUstream,
+            handle: driver.create_stream(non_blocking)? as CUstream,
             owned: true,
         })
     }
@@ -94,9 +106,10 @@ impl Driver {
         self.stream_wait_event(stream, event.handle())
     }
 
-    /// A new stream in the current context, created with `flags` (0, or
-    /// [`STREAM_NON_BLOCKING`]); its handle, destroyed with [`Driver::destroy_stream`].
-    pub fn create_stream(&self, flags: u32) -> Result<usize> {
+    /// A new stream in the current context, [`STREAM_NON_BLOCKING`] when `non_blocking`;
+    /// its handle, destroyed with [`Driver::destroy_stream`].
+    pub fn create_stream(&self, non_blocking: bool) -> Result<usize> {
+        let flags = if non_blocking { STREAM_NON_BLOCKING } else { 0 };
         let mut handle: CUstream = ptr::null_mut();
         self.check(
             // SAFETY: valid out-pointer; the driver checks the flags.

@@ -983,10 +983,8 @@ fn a_free_after_another_stream_waits_for_its_work() {
 #[ignore = "needs a CUDA GPU"]
 fn streams_and_events_by_raw_handle() {
     let driver = on_device_0();
-    let blocking = driver.create_stream(0).unwrap();
-    let non_blocking = driver
-        .create_stream(fastlaunch_driver::STREAM_NON_BLOCKING)
-        .unwrap();
+    let blocking = driver.create_stream(false).unwrap();
+    let non_blocking = driver.create_stream(true).unwrap();
     assert_eq!(driver.stream_flags(blocking).unwrap(), 0);
     assert_eq!(
         driver.stream_flags(non_blocking).unwrap(),

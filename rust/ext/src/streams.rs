@@ -69,14 +69,7 @@ pub(crate) fn follows_current_stream() -> bool {
 /// 0 and `CU_STREAM_LEGACY` (1) name the same stream.
 #[inline]
 pub(crate) fn same_stream(a: usize, b: usize) -> bool {
-    let canonical = |s: usize| {
-        if s == driver::LEGACY_STREAM {
-            0
-        } else {
-            s
-        }
-    };
-    canonical(a) == canonical(b)
+    a == b || (driver::is_legacy_stream(a) && driver::is_legacy_stream(b))
 }
 
 thread_local! {

@@ -34,7 +34,7 @@ pub(crate) fn followed_capture_stream() -> Option<usize> {
 /// [`end_followed_capture`].
 #[pyfunction]
 pub(crate) fn follow_capture(stream: usize) -> Result<()> {
-    if stream == 0 || stream == fastlaunch_driver::LEGACY_STREAM {
+    if fastlaunch_driver::is_legacy_stream(stream) {
         return Err(Error::Value(
             "a capture cannot be on the legacy default stream (0 or 1)".into(),
         ));

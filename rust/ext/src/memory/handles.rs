@@ -10,8 +10,6 @@
 
 use pyo3::prelude::*;
 
-use fastlaunch_driver::STREAM_NON_BLOCKING;
-
 use super::current;
 use crate::devices::driver;
 use crate::errors::Result;
@@ -22,8 +20,7 @@ use crate::errors::Result;
 #[pyo3(signature = (non_blocking = false))]
 pub(crate) fn stream_create(non_blocking: bool) -> Result<usize> {
     let (driver, _) = current()?;
-    let flags = if non_blocking { STREAM_NON_BLOCKING } else { 0 };
-    Ok(driver.create_stream(flags)?)
+    Ok(driver.create_stream(non_blocking)?)
 }
 
 /// Destroys a stream from `stream_create` (work already on it still runs).

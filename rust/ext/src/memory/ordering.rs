@@ -20,7 +20,9 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use fastlaunch_driver::{self as driver, Event, LaunchContext, LEGACY_STREAM, PER_THREAD_STREAM};
+use fastlaunch_driver::{
+    self as driver, is_default_stream, is_legacy_stream, Event, LaunchContext,
+};
 
 use super::{with_context_memory, ContextMemory};
 use crate::errors::Result;
@@ -61,21 +63,17 @@ pub(crate) fn note_in_use() {
     }
 }
 
-fn is_legacy(stream: usize) -> bool {
-    stream == 0 || stream == LEGACY_STREAM
-}
-
 /// Whether `stream` is a non-blocking stream; never asked of a stream being captured
 /// (`cuStreamGetFlags` would invalidate the capture).
 fn non_blocking(driver: &driver::Driver, stream: usize) -> Result<bool> {
-    let special = is_legacy(stream) || stream == PER_THREAD_STREAM;
-    Ok(!special && driver.stream_flags(stream)? & driver::STREAM_NON_BLOCKING != 0)
+    Ok(!is_default_stream(stream)
+        && driver.stream_flags(stream)? & driver::STREAM_NON_BLOCKING != 0)
 }
 
 /// After a copy to the device enqueued on `stream`: when that is the legacy stream, records
 /// the context's `copied` event after it, for launches on non-blocking streams to wait on.
 pub(crate) fn after_copy_to_device(memory: &ContextMemory, stream: usize) -> driver::Result<()> {
-    if !is_legacy(stream) {
+    if !is_legacy_stream(stream) {
         return Ok(());
     }
     memory.copied.record(stream)?;
@@ -93,7 +91,7 @@ pub(crate) fn before_launch(
     context: &LaunchContext,
     stream: usize,
 ) -> Result<bool> {
-    if !in_use() || is_legacy(stream) || stream == PER_THREAD_STREAM {
+    if !in_use() || is_default_stream(stream) {
         return Ok(false);
     }
     if driver.stream_is_capturing(stream)? || !non_blocking(driver, stream)? {
@@ -147,7 +145,7 @@ pub(crate) fn order_free_after_launches(
 ) -> driver::Result<()> {
     for launched in memory.launched.iter_mut().filter(|l| l.pending) {
         driver.stream_wait_event(stream, launched.event.handle())?;
-        launched.pending = !is_legacy(stream);
+        launched.pending = !is_legacy_stream(stream);
     }
     Ok(())
 }
