@@ -63,7 +63,9 @@ def test_what_fastlaunch_does_not_copy_goes_to_numba_cuda(run_on_stand_in):
         + """
 def numba_to_device(obj, stream=0, copy=True):
     return "numba"
-transfers._originals["to_device"] = numba_to_device
+from fastlaunch.memory import originals
+from fastlaunch import _numba_compat
+originals.remember(_numba_compat.api(), "to_device", numba_to_device)
 for value in (np.arange(8.0)[::2], np.zeros(3, dtype=[("a", "f4")]), [1, 2], np.float64(3)):
     print(fl.to_device(value))
 """
@@ -137,17 +139,22 @@ d = cuda.to_device(np.arange(5.0))
 print(d.copy_to_host().tolist())
 d.copy_to_device(np.arange(5.0) * 2)  # numba-cuda's method, through the staged copy
 print(d.copy_to_host().tolist())
+from fastlaunch.memory.originals import original
+# what the replacements hand to numba-cuda: its own, by owner and name
+print(original(api, "to_device") is originals[0], original(numba_driver, "host_to_device")
+      is originals[2], original(DeviceNDArray, "__getitem__") is originals[3])
 fl.uninstall()
 print((cuda.to_device, api.device_array, numba_driver.host_to_device,
        DeviceNDArray.__getitem__) == originals,
-      "copy_to_host" in vars(DeviceNDArray))
+      "copy_to_host" in vars(DeviceNDArray), original(api, "to_device") is originals[0])
 """
     )
     assert lines == [
         "True True True True",
         "[0.0, 1.0, 2.0, 3.0, 4.0]",
         "[0.0, 2.0, 4.0, 6.0, 8.0]",
-        "True False",
+        "True True True",
+        "True False True",
     ]
 
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from fastlaunch import _numba_compat as numba_cuda
-from fastlaunch.memory import arrays, events, ipc, streams, transfers, views
+from fastlaunch.memory import arrays, events, ipc, originals, streams, transfers, views
 
 #: numba.cuda's API functions and their replacements
 API = {
@@ -79,8 +79,7 @@ def install() -> None:
         own = name in vars(owner)
         old = getattr(owner, name)
         _saved[(owner, name)] = (own, vars(owner).get(name))
-        for originals in (transfers._originals, views._originals, ipc._originals):
-            originals.setdefault(name, old)
+        originals.remember(owner, name, old)
         setattr(owner, name, new)
 
 
@@ -94,5 +93,4 @@ def uninstall() -> None:
         else:
             delattr(owner, name)
     _saved.clear()
-    for originals in (transfers._originals, views._originals, ipc._originals):
-        originals.clear()
+    originals.forget_all()

@@ -12,6 +12,7 @@ from typing import Any
 
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.memory import allocation
+from fastlaunch.memory.originals import original
 
 MESSAGE = (
     "get_ipc_handle(): this array's memory comes from the driver's stream-ordered pool "
@@ -39,15 +40,4 @@ def get_ipc_handle(self: Any) -> Any:
     if is_pool_memory(self.gpu_data):
         not_supported = numba_cuda.cudadrv_driver().binding.CUresult.CUDA_ERROR_NOT_SUPPORTED
         raise numba_cuda.cuda_api_error(int(not_supported), MESSAGE)
-    return original(self)
-
-
-#: numba-cuda's method, as it was before install.py replaced it
-_originals: dict[str, Any] = {}
-
-
-def original(self: Any) -> Any:
-    found = _originals.get("get_ipc_handle")
-    if found is None:
-        found = numba_cuda.memory_classes().DeviceNDArray.get_ipc_handle
-    return found(self)
+    return original(numba_cuda.memory_classes().DeviceNDArray, "get_ipc_handle")(self)

@@ -7,8 +7,9 @@ module-level copy functions of numba-cuda's driver (``host_to_device``, ``device
 ``copy_to_device`` keeps numba-cuda's checks without its context lookup. A copy to the
 device returns once the host bytes are taken (staged into pinned memory, or,
 above a staging slot, taken by the driver); it runs in the stream's order (the legacy default
-stream for ``stream=0``), before any later work on that stream, on any blocking stream, and
-before any copy back. A copy to the host returns when the bytes are there. What these cannot
+stream for ``stream=0``), before any later work on that stream, on any blocking stream, before
+fastlaunch's launches and copies on non-blocking streams (``rust/ext/src/memory/ordering.rs``),
+and before any copy back. A copy to the host returns when the bytes are there. What these cannot
 take (objects that are not contiguous NumPy arrays, negative strides) goes to numba-cuda's own
 code, so its checks and errors stay its own."""
 
@@ -20,7 +21,8 @@ from typing import Any
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.memory import objects, views
-from fastlaunch.memory.allocation import _ORDERED_WITH_LEGACY, allocate, note_stream
+from fastlaunch.memory.allocation import allocate, note_stream
+from fastlaunch.memory.originals import original
 
 #: dtype kinds whose arrays export their bytes through the buffer protocol
 _BUFFER_KINDS = frozenset("biufc")
@@ -61,7 +63,7 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
         return to
     source = host_bytes(obj, exact=True)
     if source is None:  # scalars, records, lists, non-contiguous: numba-cuda's own path
-        return _original_to_device()(obj, stream=stream, copy=copy)
+        return original(numba_cuda.api(), "to_device")(obj, stream=stream, copy=copy)
     handle = stream_handle(stream)
     shape = obj.shape
     if not obj.size:  # numba-cuda's constructor makes its null pointer
@@ -82,7 +84,7 @@ def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
     if (strides and min(strides) < 0) or (
         ary is not None and (host_bytes(ary) is None or not ary.flags.writeable)
     ):  # numba-cuda's own path (and errors)
-        return _original_copy_to_host()(self, ary, stream)
+        return original(numba_cuda.devicearray().DeviceNDArray, "copy_to_host")(self, ary, stream)
     import numpy as np
 
     stream = self.stream if not stream else stream
@@ -166,7 +168,9 @@ def host_to_device(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
     """numba-cuda's ``driver.host_to_device``, staged."""
     source = host_bytes(src)
     if source is None or source.nbytes < size:
-        return _original("host_to_device")(dst, src, size, stream=stream)
+        return original(numba_cuda.cudadrv_driver(), "host_to_device")(
+            dst, src, size, stream=stream
+        )
     handle = stream_handle(stream)
     _core.copy_to_device(_device_address(dst), source, handle, size)
     _note(dst, handle)
@@ -177,7 +181,9 @@ def device_to_host(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
     """numba-cuda's ``driver.device_to_host``, staged."""
     target = host_bytes(dst)
     if target is None or target.nbytes < size or not target.flags.writeable:
-        return _original("device_to_host")(dst, src, size, stream=stream)
+        return original(numba_cuda.cudadrv_driver(), "device_to_host")(
+            dst, src, size, stream=stream
+        )
     _core.copy_to_host(target, _device_address(src), stream_handle(stream), size)
     return None
 
@@ -192,9 +198,7 @@ def device_to_device(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
 
 def _note(obj: Any, handle: int) -> None:
     """The free of ``obj``'s pool memory (if it is that) follows ``handle``'s work too."""
-    if handle not in _ORDERED_WITH_LEGACY:
-        gpu_data = getattr(obj, "gpu_data", obj)
-        note_stream(gpu_data, handle)
+    note_stream(getattr(obj, "gpu_data", obj), handle)
 
 
 def _address(array: Any) -> int:
@@ -203,24 +207,3 @@ def _address(array: Any) -> int:
 
 def _device_address(obj: Any) -> int:
     return int(numba_cuda.cudadrv_driver().device_pointer(obj) or 0)
-
-
-# numba-cuda's own functions, as they were before fastlaunch replaced any (install.py)
-_originals: dict[str, Any] = {}
-
-
-def _original(name: str) -> Any:
-    found = _originals.get(name)
-    return found if found is not None else getattr(numba_cuda.cudadrv_driver(), name)
-
-
-def _original_to_device() -> Any:
-    found = _originals.get("to_device")
-    return found if found is not None else numba_cuda.api().to_device
-
-
-def _original_copy_to_host() -> Any:
-    found = _originals.get("copy_to_host")
-    if found is not None:
-        return found
-    return numba_cuda.devicearray().DeviceNDArray.copy_to_host

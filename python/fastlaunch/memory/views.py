@@ -12,6 +12,7 @@ from typing import Any
 
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.memory import objects
+from fastlaunch.memory.originals import original
 
 
 def getitem(self: Any, item: Any) -> Any:
@@ -71,7 +72,9 @@ def reshape(self: Any, *newshape: Any, **kws: Any) -> Any:
     """``DeviceNDArray.reshape``: numba-cuda's steps, the view built without
     ``DeviceNDArray.__init__``."""
     if not _plain(self):
-        return original("reshape")(self, *newshape, **kws)
+        return original(numba_cuda.memory_classes().DeviceNDArray, "reshape")(
+            self, *newshape, **kws
+        )
     if len(newshape) == 1 and isinstance(newshape[0], (tuple, list)):
         newshape = newshape[0]
     if newshape == self.shape:  # numba-cuda's reshape gives its view no stream
@@ -87,7 +90,9 @@ def ravel(self: Any, order: str = "C", stream: Any = 0) -> Any:
     """``DeviceNDArray.ravel``: numba-cuda's steps, the view built without
     ``DeviceNDArray.__init__``."""
     if not _plain(self):
-        return original("ravel")(self, order=order, stream=stream)
+        return original(numba_cuda.memory_classes().DeviceNDArray, "ravel")(
+            self, order=order, stream=stream
+        )
     stream = self.stream if not stream else stream
     dummy = self._dummy
     newarr, extents = dummy.ravel(order=order)
@@ -108,14 +113,3 @@ def _plain(array: Any) -> bool:
     """A non-empty ``DeviceNDArray`` itself (not a subclass): numba-cuda's constructor would
     keep its memory (an empty one gets a new null pointer)."""
     return type(array) is numba_cuda.memory_classes().DeviceNDArray and array.size > 0
-
-
-#: numba-cuda's methods, as they were before install.py replaced them
-_originals: dict[str, Any] = {}
-
-
-def original(name: str) -> Any:
-    found = _originals.get(name)
-    if found is not None:
-        return found
-    return getattr(numba_cuda.memory_classes().DeviceNDArray, name)
