@@ -48,6 +48,15 @@ class NumbaCudaVersionError(NotImplementedError):
         self.installed = installed
 
 
+def _public(error_class: type) -> type:
+    """A class built on first use, named as this module's own: shown as
+    ``fastlaunch.errors.<name>``, and pickled by that name (a worker process's exception
+    reaches its parent so)."""
+    error_class.__module__ = __name__
+    error_class.__qualname__ = error_class.__name__
+    return error_class
+
+
 def _driver_error_class() -> type:
     """``CudaDriverError``, built on first use: it is also a ``cuda.core`` ``CUDAError`` (what
     numba-cuda raises for failed launches), and importing cuda.core costs half a second."""
@@ -66,9 +75,7 @@ def _driver_error_class() -> type:
             self.name = name
             self.during = during
 
-    CudaDriverError.__module__ = __name__
-    CudaDriverError.__qualname__ = "CudaDriverError"
-    return CudaDriverError
+    return _public(CudaDriverError)
 
 
 def _launch_refused_class() -> type:
@@ -79,9 +86,7 @@ def _launch_refused_class() -> type:
     class LaunchRefusedError(LaunchConfigurationError, __getattr__("CudaDriverError")):  # type: ignore[misc]
         """The driver refused a launch; the message names the limit and the value."""
 
-    LaunchRefusedError.__module__ = __name__
-    LaunchRefusedError.__qualname__ = "LaunchRefusedError"
-    return LaunchRefusedError
+    return _public(LaunchRefusedError)
 
 
 if TYPE_CHECKING:
@@ -117,9 +122,7 @@ def _forked_error_class() -> type:
     class CudaForkedError(CudaUnavailableError, numba_driver_error):  # type: ignore[misc,valid-type]
         """CUDA used in a child forked after its parent initialised it."""
 
-    CudaForkedError.__module__ = __name__
-    CudaForkedError.__qualname__ = "CudaForkedError"  # pickled by name (a worker's result)
-    return CudaForkedError
+    return _public(CudaForkedError)
 
 
 def __getattr__(name: str) -> Any:
