@@ -256,30 +256,51 @@ print(len(results) > 100, all(results), results.count(False))
     assert lines == ["True True 0"]
 
 
-def test_frees_follow_the_streams_copies_ran_on(run_on_stand_in):
-    """The free of pool memory waits for its allocation stream and for every stream a copy
-    into or out of it ran on, other than the legacy default stream's kin (0, 1, 2)."""
+def test_frees_follow_the_work_on_non_blocking_streams(run_on_stand_in):
+    """The free of pool memory (on the legacy stream) waits for an event recorded after the
+    allocation and the copies on each non-blocking stream since the last free, never on a
+    stream handle (the stream may be destroyed by then); blocking and default streams order
+    with the legacy stream already."""
     lines = run_on_stand_in(
         PRELUDE
         + """
 from fastlaunch.memory import views
+fake.fake_stream_waits.restype = ctypes.c_size_t
+fake.fake_last_waiting_stream.restype = ctypes.c_void_p
 host = np.arange(16.0)
-d = fl.device_array(16, stream=7001)
-e = fl.device_array(16)
-address = d.gpu_data.device_ctypes_pointer.value
-transfers.host_to_device(d, host, host.nbytes, stream=7002)
-transfers.host_to_device(views.getitem(d, slice(2, None)), host[2:], 8 * 14, stream=7002)
-transfers.device_to_device(e, d, host.nbytes, stream=7003)
-transfers.host_to_device(d, host, host.nbytes, stream=0)
-print(allocation._streams[address])
-with context.memory_manager.defer_cleanup():
-    del d
+allocated_on = _core.stream_create(non_blocking=True)
+copied_on = _core.stream_create(non_blocking=True)
+blocking = _core.stream_create()
+
+def waits_of_a_free(make):
+    array = make()
+    waits = fake.fake_stream_waits()
+    del array
     gc.collect()
-    items = [item for _, item, _ in context.deallocations._cons]
-print([after for pointer, _, after in items if pointer == address])
+    context.deallocations.clear()
+    return fake.fake_stream_waits() - waits, fake.fake_last_waiting_stream() in (0, None)
+
+def used_on_both():
+    d = fl.device_array(16, stream=allocated_on)
+    e = fl.device_array(16)
+    transfers.host_to_device(d, host, host.nbytes, stream=copied_on)
+    transfers.host_to_device(views.getitem(d, slice(2, None)), host[2:], 8 * 14, stream=copied_on)
+    transfers.device_to_device(e, d, host.nbytes, stream=copied_on)
+    transfers.host_to_device(d, host, host.nbytes, stream=0)
+    _core.stream_destroy(allocated_on)  # its event stays valid
+    return d, e
+
+def used_on_blocking_streams():
+    d = fl.device_array(16, stream=blocking)
+    transfers.host_to_device(d, host, host.nbytes, stream=blocking)
+    transfers.host_to_device(d, host, host.nbytes, stream=2)
+    return d
+
+print(waits_of_a_free(used_on_both))
+print(waits_of_a_free(used_on_blocking_streams))
 """
     )
-    assert lines == ["[7001, 7002, 7003]", "[(7001, 7002, 7003)]"]
+    assert lines == ["(2, True)", "(0, True)"]
 
 
 def test_bad_input_raises_what_numba_cuda_raises_naming_the_argument(run_on_stand_in):
@@ -349,33 +370,6 @@ print(streams.stream().__cuda_stream__()[1] == handle)  # the same stream again,
 """
     )
     assert lines == ["True False ['handle', 'external'] True", "True"]
-
-
-def test_a_free_after_a_destroyed_stream_waits_for_the_context_instead(run_on_stand_in):
-    lines = run_on_stand_in(
-        PRELUDE
-        + """
-from fastlaunch.errors import CudaError
-calls = []
-
-class Core:  # the Rust core, its free refusing a stream destroyed since
-    def __getattr__(self, name):
-        return getattr(_core, name)
-
-    def mem_free(self, address, stream, after, key):
-        calls.append(after)
-        if after:
-            raise CudaError("invalid resource handle")
-
-    def synchronize(self):
-        calls.append("synchronize")
-
-allocation._core = Core()
-allocation._free((1234, _core.context_key(), (777,)))
-print(calls)
-"""
-    )
-    assert lines == ["[(777,), 'synchronize', ()]"]
 
 
 def test_events_and_stream_synchronize_on_the_rust_core(run_on_stand_in):

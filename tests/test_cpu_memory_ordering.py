@@ -116,3 +116,29 @@ print(fake.fake_stream_waits() - waits)
 """
     )
     assert lines == ["0 True", "1", "2"]
+
+
+def test_legacy_copies_are_marked_for_non_blocking_streams_when_one_needs_them(run_on_stand_in):
+    """A copy to the device on the legacy stream records only its staging slot's event; the
+    event a non-blocking stream waits for is recorded on the legacy stream by the first launch
+    there that needs it, once for any number of copies before it."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+fake.fake_event_records.restype = ctypes.c_size_t
+fake.fake_last_recording_stream.restype = ctypes.c_void_p
+launch(NON_BLOCKING, device)  # waits for the prelude's copy: nothing new below
+records = fake.fake_event_records()
+for _ in range(3):
+    _core.copy_to_device(ADDRESS, np.ones(8))
+print(fake.fake_event_records() - records)  # the three slots' events
+records = fake.fake_event_records()
+waits = fake.fake_stream_waits()
+_core.copy_to_host(np.empty(8), ADDRESS, NON_BLOCKING)  # the copies' event, the slot's
+print(fake.fake_event_records() - records, fake.fake_stream_waits() - waits)
+launch(OTHER := _core.stream_create(True), device)  # the same record, waited for again
+print(fake.fake_event_records() - records, fake.fake_stream_waits() - waits)
+print(fake.fake_last_recording_stream() == OTHER)  # the launch's own event, for frees
+"""
+    )
+    assert lines == ["3", "2 1", "3 2", "True"]

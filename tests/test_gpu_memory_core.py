@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
+import fastlaunch
 from fastlaunch import _core
 from fastlaunch.errors import CudaDriverError
 
@@ -127,7 +128,7 @@ def test_streams_and_events_by_handle(stream: int) -> None:
     _core.stream_destroy(waiting)
 
 
-@cuda.jit
+@fastlaunch.jit  # its launches are what a free on the pool follows
 def spin_then_copy(dst, src, iterations, sink):  # type: ignore[no-untyped-def]
     """Every thread computes for a while, then copies its element of `src` to `dst`: reads of
     `src` long after the launch was enqueued."""
@@ -165,7 +166,7 @@ def test_a_free_after_another_stream_waits_for_its_work() -> None:
     spin_then_copy[nbytes // threads, threads, on_first](result, source, 0, sink)  # compiles
     spin_then_copy[nbytes // threads, threads, on_first](result, source, 50_000_000, sink)
     assert not _core.stream_query(first), "the kernel ended before the free could overtake it"
-    _core.mem_free(pointer, second, (first,))
+    _core.mem_free(pointer, second)  # waits for the event recorded after the launch
     # The pool may give the same memory back at once on `second`; writing it there must wait
     # for the kernel on `first`, which still reads it.
     reused = _core.mem_alloc(nbytes, second)

@@ -342,15 +342,10 @@ def mem_alloc(nbytes: int, stream: int = 0) -> int:
 def context_key() -> int:
     """The current context's unique id (device 0's primary context made current if none is)."""
 
-def mem_free(
-    pointer: int,
-    stream: int = 0,
-    after: tuple[int, ...] | None = None,
-    context: int | None = None,
-) -> None:
-    """Frees ``pointer`` on ``stream``, after all work already enqueued there and on each
-    stream of ``after``, in the context whose key is ``context`` (nothing, when it was
-    destroyed since)."""
+def mem_free(pointer: int, stream: int = 0, context: int | None = None) -> None:
+    """Frees ``pointer`` on ``stream``, after all work already enqueued there and the work on
+    non-blocking streams since the last free, in the context whose key is ``context``
+    (nothing, when it was destroyed since)."""
 
 def copy_to_device(pointer: int, host: Any, stream: int = 0, nbytes: int | None = None) -> None:
     """Copies a contiguous host buffer to ``pointer``; returns once the host bytes are taken."""

@@ -3,8 +3,9 @@ numba-cuda ``MemoryPointer`` built as numba-cuda's own memory manager builds its
 views, ``OwnedPointer`` reference counts, ``cuda.close()`` and deferred deallocation
 (``cuda.defer_cleanup()``) behave as they do for numba-cuda's memory. The free goes through
 the context's deallocation queue, then ``_core.mem_free``: ordered on the legacy default
-stream (after all work on blocking streams) and after the non-default stream the array was
-allocated on. With an External Memory Management plugin selected, its ``memalloc`` allocates.
+stream (after all work on blocking streams), after the work on non-blocking streams since
+the last free (``rust/ext/src/memory/ordering.rs``). With an External Memory Management
+plugin selected, its ``memalloc`` allocates.
 
 numba-cuda's ``Context`` is looked up once per context (by its unique id), not per call."""
 
@@ -24,16 +25,8 @@ from fastlaunch.memory import objects
 #: (what numba-cuda's memory pointers hold)
 _contexts: dict[int, Any] = {}
 _proxies: dict[int, Any] = {}
-#: per live pool allocation (by address): the streams other than the legacy default stream
-#: that used it (allocated on, copied on); its free follows each
-_streams: dict[int, list[int]] = {}
-
 _dict_set = dict.__setitem__
 _new = object.__new__
-
-#: the special stream handles a free on the legacy stream is already ordered after:
-#: default, legacy, per-thread (blocking streams order with the legacy stream too)
-_ORDERED_WITH_LEGACY = (0, 1, 2)
 
 
 #: the release threshold set on each device's pool when fastlaunch first allocates there:
@@ -89,15 +82,12 @@ def allocate(nbytes: int, stream_handle: int) -> Any:
         address = _core.mem_alloc(nbytes, stream_handle)
     except CudaError as error:
         address = _pool_alloc_again(error, nbytes, stream_handle, manager)
-    streams = [] if stream_handle in _ORDERED_WITH_LEGACY else [stream_handle]
-    _streams[address] = streams
     allocations = manager.allocations
     release = _new(_PoolFree)  # (its __init__, inline)
     release.allocations = allocations
     release.deallocations = manager.deallocations
     release.address = address
     release.key = key
-    release.streams = streams
     release.nbytes = nbytes
     memory, owned = objects.pool_memory(_proxies[key], address, nbytes, release)
     # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
@@ -108,22 +98,6 @@ def allocate(nbytes: int, stream_handle: int) -> Any:
 @functools.cache
 def _numba_memory_manager() -> type:
     return numba_cuda.cudadrv_driver().NumbaCUDAMemoryManager
-
-
-def note_stream(gpu_data: Any, stream_handle: int) -> None:
-    """Records that work on ``stream_handle`` (a copy) used the pool allocation behind
-    ``gpu_data``, so that its free is ordered after that stream too."""
-    if stream_handle in _ORDERED_WITH_LEGACY:
-        return
-    memory = getattr(gpu_data, "_mem", None)  # an OwnedPointer's owner (a weak proxy)
-    if memory is None:
-        return
-    try:
-        streams = _streams.get(int(memory.device_pointer))
-    except ReferenceError:
-        return
-    if streams is not None and stream_handle not in streams:
-        streams.append(stream_handle)
 
 
 def _pool_alloc_again(error: CudaError, nbytes: int, stream_handle: int, manager: Any) -> int:
@@ -148,15 +122,14 @@ class _PoolFree(objects.Release):
     """numba-cuda's ``_alloc_finalizer`` for pool memory: the free waits in the context's
     deallocation queue (``cuda.defer_cleanup()`` holds it there)."""
 
-    __slots__ = ("address", "allocations", "deallocations", "key", "nbytes", "streams")
+    __slots__ = ("address", "allocations", "deallocations", "key", "nbytes")
 
     #: set by ``allocate``: the manager's ``allocations`` and ``deallocations``, the pool
-    #: address, its context's key, the streams its free follows, its size
+    #: address, its context's key, its size
     allocations: Any
     deallocations: Any
     address: int
     key: int
-    streams: list
     nbytes: int
 
     def __call__(self) -> None:
@@ -165,29 +138,29 @@ class _PoolFree(objects.Release):
             return
         self.alive = False
         objects.forget(self)
-        address, streams = self.address, self.streams
+        address = self.address
         if self.allocations:
             self.allocations.pop(address, None)
-        if _streams.get(address) is streams:
-            del _streams[address]
-        self.deallocations.add_item(_free, (address, self.key, tuple(streams)), self.nbytes)
+        self.deallocations.add_item(_free, (address, self.key), self.nbytes)
 
 
-def _free(item: tuple[int, int, tuple]) -> None:
-    """Frees on the legacy default stream (after all work on blocking streams), after each
-    other stream that used the memory, in its context (nothing when that was destroyed)."""
-    address, key, after = item
+def _free(item: tuple[int, int]) -> None:
+    """Frees on the legacy default stream in its context (nothing when that was destroyed),
+    after the work that may still use the memory."""
+    _core.mem_free(item[0], 0, item[1])
+
+
+def is_pool_memory(gpu_data: Any) -> bool:
+    """Whether ``gpu_data`` (a device array's) is, or is a view of, a live allocation made
+    here."""
+    memory = getattr(gpu_data, "_mem", None)  # an OwnedPointer's owner (a weak proxy)
+    if memory is None:
+        return False
     try:
-        _core.mem_free(address, 0, after, key)
-    except CudaError:
-        if not after:
-            raise
-        # a stream the memory was used on was destroyed since (an external or a dropped
-        # non-blocking stream): its work may still be queued, so wait for the context's work
-        # (when it is the current one), then free in the legacy stream's order alone
-        if _core.context_key() == key:
-            _core.synchronize()
-        _core.mem_free(address, 0, (), key)
+        release = memory._finalizer
+    except (ReferenceError, AttributeError):
+        return False
+    return type(release) is _PoolFree and release.alive
 
 
 def set_pool_release_threshold(nbytes: int, device: int | None = None) -> None:

@@ -23,21 +23,9 @@ MESSAGE = (
 )
 
 
-def is_pool_memory(gpu_data: Any) -> bool:
-    """Whether ``gpu_data`` (a device array's) is, or is a view of, a live pool allocation
-    of ``fastlaunch.memory``."""
-    memory = getattr(gpu_data, "_mem", None)
-    if memory is None:
-        return False
-    try:
-        return int(memory.device_pointer) in allocation._streams
-    except ReferenceError:
-        return False
-
-
 def get_ipc_handle(self: Any) -> Any:
     """``DeviceNDArray.get_ipc_handle``: numba-cuda's, refused for pool memory."""
-    if is_pool_memory(self.gpu_data):
+    if allocation.is_pool_memory(self.gpu_data):
         not_supported = numba_cuda.cudadrv_driver().binding.CUresult.CUDA_ERROR_NOT_SUPPORTED
         raise numba_cuda.cuda_api_error(int(not_supported), MESSAGE)
     return original(numba_cuda.memory_classes().DeviceNDArray, "get_ipc_handle")(self)

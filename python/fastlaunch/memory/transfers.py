@@ -21,7 +21,7 @@ from typing import Any
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.memory import objects, views
-from fastlaunch.memory.allocation import allocate, note_stream
+from fastlaunch.memory.allocation import allocate
 from fastlaunch.memory.originals import original
 
 #: dtype kinds whose arrays export their bytes through the buffer protocol
@@ -171,9 +171,7 @@ def host_to_device(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
         return original(numba_cuda.cudadrv_driver(), "host_to_device")(
             dst, src, size, stream=stream
         )
-    handle = stream_handle(stream)
-    _core.copy_to_device(_device_address(dst), source, handle, size)
-    _note(dst, handle)
+    _core.copy_to_device(_device_address(dst), source, stream_handle(stream), size)
     return None
 
 
@@ -190,15 +188,7 @@ def device_to_host(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
 
 def device_to_device(dst: Any, src: Any, size: int, stream: Any = 0) -> None:
     """numba-cuda's ``driver.device_to_device``, in stream order."""
-    handle = stream_handle(stream)
-    _core.copy_device(_device_address(dst), _device_address(src), size, handle)
-    _note(dst, handle)
-    _note(src, handle)
-
-
-def _note(obj: Any, handle: int) -> None:
-    """The free of ``obj``'s pool memory (if it is that) follows ``handle``'s work too."""
-    note_stream(getattr(obj, "gpu_data", obj), handle)
+    _core.copy_device(_device_address(dst), _device_address(src), size, stream_handle(stream))
 
 
 def _address(array: Any) -> int:

@@ -901,10 +901,7 @@ fn pool_allocations_round_trip_through_the_staging_ring() {
         // SAFETY: as above.
         unsafe { ring.copy_to_host(&mut back, device, stream.handle()) }.unwrap();
         assert_eq!(back, host, "{len} bytes");
-        let fence = Event::create(driver, false).unwrap();
-        driver
-            .free_after(device, stream.handle(), &[0], &fence)
-            .unwrap();
+        driver.free_async(device, stream.handle()).unwrap();
     }
     stream.synchronize().unwrap();
 }
@@ -920,9 +917,7 @@ fn the_pools_release_threshold_is_set_and_read() {
     pool.set_release_threshold(driver, before).unwrap();
     let pointer = driver.alloc_async(1 << 20, 0).unwrap();
     assert!(pool.usage(driver).unwrap().used >= 1 << 20);
-    driver
-        .free_after(pointer, 0, &[], &Event::create(driver, false).unwrap())
-        .unwrap();
+    driver.free_async(pointer, 0).unwrap();
     driver.synchronize().unwrap();
 }
 
@@ -954,10 +949,14 @@ fn a_free_after_another_stream_waits_for_its_work() {
         )
     }
     .unwrap();
-    let fence = Event::create(driver, false).unwrap();
+    // what the extension's ordering does: an event recorded after the work on `first`, waited
+    // for on the stream the free is enqueued on
+    let used = Event::create(driver, false).unwrap();
+    used.record(first.handle()).unwrap();
     driver
-        .free_after(pointer, second.handle(), &[first.handle()], &fence)
+        .stream_wait_event(second.handle(), used.handle())
         .unwrap();
+    driver.free_async(pointer, second.handle()).unwrap();
     // The pool may hand the same memory out again on `second` at once; writing it there must
     // wait for the kernel on `first` that still reads it.
     let reused = driver.alloc_async(len, second.handle()).unwrap();

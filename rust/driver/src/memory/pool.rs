@@ -2,7 +2,8 @@
 //! the default pool unless a program set another), from which `cuMemAllocAsync` allocates.
 //! The pool caches freed memory and hands it out again only once the free's stream position
 //! is reached (or is known to be ordered before the new allocation), so a free ordered after
-//! every use of the memory is what keeps it from being reused too early ([`Driver::free_after`]).
+//! every use of the memory (a wait on an event recorded after each use on another stream) is
+//! what keeps it from being reused too early.
 //! Memory goes back to the driver when the pool holds more than its release threshold at a
 //! synchronization (`cuStreamSynchronize`, `cuCtxSynchronize`, `cuEventSynchronize`).
 
@@ -10,7 +11,6 @@ use std::ffi::c_void;
 use std::ptr;
 
 use crate::error::Result;
-use crate::stream::Event;
 use crate::sys::{self, CUdeviceptr, CUmemoryPool};
 use crate::Driver;
 
@@ -60,29 +60,8 @@ impl Driver {
         Ok(pointer)
     }
 
-    /// Frees `pointer` (from [`Driver::alloc_async`]) in `stream`'s order, after all work
-    /// already enqueued on `stream` and on every stream of `after`: for each of those, an
-    /// event is recorded there with `fence` and `stream` waits on it (a wait captures the
-    /// event as recorded when it is enqueued, so one event serves them all).
-    pub fn free_after(
-        &self,
-        pointer: CUdeviceptr,
-        stream: usize,
-        after: &[usize],
-        fence: &Event,
-    ) -> Result<()> {
-        if pointer == 0 {
-            return Ok(());
-        }
-        for &other in after {
-            if other != stream {
-                self.order_after(stream, other, fence)?;
-            }
-        }
-        self.free_async(pointer, stream)
-    }
-
-    /// Frees `pointer` (from [`Driver::alloc_async`]) in `stream`'s order.
+    /// Frees `pointer` (from [`Driver::alloc_async`]) in `stream`'s order: after the work
+    /// enqueued there (and whatever that waits for), nothing else.
     pub fn free_async(&self, pointer: CUdeviceptr, stream: usize) -> Result<()> {
         if pointer == 0 {
             return Ok(());

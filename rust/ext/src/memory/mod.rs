@@ -5,8 +5,8 @@
 //! (`handles.rs`). `python/fastlaunch/memory/` builds numba-cuda's objects over these.
 //!
 //! Every call works in the thread's current context (device 0's primary context when none
-//! is current, as launches do). What a context needs for it, its staging ring and the event
-//! that orders frees after other streams, is made on first use and kept per context
+//! is current, as launches do). What a context needs for it, its staging ring and the events
+//! that order its work with non-blocking streams, is made on first use and kept per context
 //! ([`with_context_memory`]), by the context's unique id; the lock around it is held for a copy's enqueueing (and, for a
 //! staged copy back, until its bytes are in), never while Python code runs.
 
@@ -19,7 +19,7 @@ mod transfers;
 
 use std::sync::Mutex;
 
-use fastlaunch_driver::{self as driver, Context, Event, LaunchContext, StagingRing};
+use fastlaunch_driver::{self as driver, Context, LaunchContext, StagingRing};
 
 use crate::devices::driver;
 use crate::errors::{Error, Result};
@@ -44,12 +44,10 @@ pub(crate) struct ContextMemory {
     /// Its handle, to make it current for a free from another context's thread.
     context: Context,
     pub(crate) ring: StagingRing,
-    /// Recorded on a stream a free must follow (`Driver::free_after`).
-    pub(crate) fence: Event,
-    /// Recorded after each copy to the device on the legacy stream (`ordering.rs`).
-    pub(crate) copied: Event,
-    /// The non-blocking streams launched on, each with its event (`ordering.rs`).
-    pub(crate) launched: Vec<ordering::LaunchedOn>,
+    /// What launches on non-blocking streams wait for (`ordering.rs`).
+    pub(crate) legacy_copies: ordering::LegacyCopies,
+    /// The non-blocking streams worked on, each with its event (`ordering.rs`).
+    pub(crate) followed: Vec<ordering::FollowedStream>,
 }
 
 static CONTEXTS: Mutex<Vec<ContextMemory>> = Mutex::new(Vec::new());
@@ -95,9 +93,8 @@ pub(crate) fn with_context_memory<T>(
                 key,
                 context: context.context,
                 ring: StagingRing::new(driver),
-                fence: Event::create(driver, false)?,
-                copied: Event::create(driver, false)?,
-                launched: Vec::new(),
+                legacy_copies: ordering::LegacyCopies::new(driver)?,
+                followed: Vec::new(),
             });
             contexts.len() - 1
         }

@@ -1,17 +1,18 @@
-//! Ordering the memory API's work with launches on non-blocking streams, which the legacy
-//! default stream does not order with (everything else, blocking and per-thread default
-//! streams, orders with it), on the GPU, never by blocking the host:
+//! Ordering the memory API's work with non-blocking streams, which the legacy default stream
+//! does not order with (everything else, blocking and per-thread default streams, orders with
+//! it), on the GPU, never by blocking the host:
 //!
 //! - a copy to the device on the legacy stream (`to_device` with no stream, which numba-cuda
-//!   makes synchronously and fastlaunch only enqueues) must be seen by a launch on a
-//!   non-blocking stream: the launch's stream waits for the last such copy (the context's
-//!   `copied` event, recorded after each), once per copy it has not waited for;
-//! - a free (on the legacy stream) must not let the pool hand the memory out again while a
-//!   kernel launched on a non-blocking stream may still read it: after each such launch an
-//!   event of the context's, one per stream, is recorded there, and the next free waits for
-//!   each event recorded since the last free. Stream handles are never kept past that: a
-//!   stream may be destroyed (and its handle reused) at any time, an event recorded on it
-//!   stays valid.
+//!   makes synchronously and fastlaunch only enqueues) must be seen by a launch or a copy on a
+//!   non-blocking stream: that stream waits, once per new copy, for the context's `copied`
+//!   event, recorded on the legacy stream then (so after every copy enqueued there so far),
+//!   not after each copy;
+//! - a free (on the legacy stream) must not let the pool hand the memory out again while work
+//!   on a non-blocking stream may still use it: after each launch, allocation and copy on a
+//!   non-blocking stream an event of the context's, one per stream, is recorded there, and the
+//!   next free waits for each event recorded since the last free. Stream handles are never
+//!   kept past that: a stream may be destroyed (and its handle reused) at any time, an event
+//!   recorded on it stays valid.
 //!
 //! A launch pays one relaxed atomic load until the memory API is used; after that, a launch
 //! on a stream other than the default ones also asks whether it is being captured and its
@@ -21,7 +22,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use fastlaunch_driver::{
-    self as driver, is_default_stream, is_legacy_stream, Event, LaunchContext,
+    self as driver, is_default_stream, is_legacy_stream, Event, LaunchContext, LEGACY_STREAM,
 };
 
 use super::{with_context_memory, ContextMemory};
@@ -29,11 +30,10 @@ use crate::errors::Result;
 
 /// Set once the memory API allocated or copied: before that, no launch has its memory.
 static IN_USE: AtomicBool = AtomicBool::new(false);
-/// How many copies to the device were enqueued on the legacy stream, each followed by
-/// its context's `copied` event.
+/// How many copies to the device were enqueued on the legacy stream.
 static LEGACY_COPIES: AtomicU64 = AtomicU64::new(0);
 
-/// Streams this thread's launches made wait for the legacy copies: `(context key, stream,
+/// Streams this thread made wait for the legacy copies: `(context key, stream,
 /// LEGACY_COPIES seen)`, the most recent first. A stream not here waits (again): never wrong.
 const WAITERS: usize = 8;
 thread_local! {
@@ -44,12 +44,39 @@ thread_local! {
 /// is waited for on the legacy stream at once (what a free would do) and its place reused.
 const FOLLOWED_STREAMS: usize = 16;
 
-/// A non-blocking stream launched on: `event` recorded after its last launch, `pending`
-/// while no free has waited for that record yet.
-pub(crate) struct LaunchedOn {
+/// A non-blocking stream worked on: `event` recorded after its last piece of work,
+/// `pending` while no free has waited for that record yet.
+pub(crate) struct FollowedStream {
     stream: usize,
     event: Event,
     pending: bool,
+}
+
+/// The context's `copied` event, and how many legacy copies had been counted when it was
+/// last recorded.
+pub(crate) struct LegacyCopies {
+    event: Event,
+    recorded_at: u64,
+}
+
+impl LegacyCopies {
+    pub(crate) fn new(driver: &'static driver::Driver) -> driver::Result<LegacyCopies> {
+        Ok(LegacyCopies {
+            event: Event::create(driver, false)?,
+            recorded_at: 0,
+        })
+    }
+}
+
+/// How a copy or an allocation on a stream orders with the rest ([`before_copy`],
+/// [`before_alloc`]).
+#[derive(Clone, Copy)]
+pub(crate) struct StreamWork {
+    stream: usize,
+    /// The stream is being captured into a graph: nothing is waited for or recorded.
+    pub(crate) capturing: bool,
+    /// A non-blocking stream, not being captured: frees are to follow this work.
+    non_blocking: bool,
 }
 
 /// Whether the memory API allocated or copied yet.
@@ -68,17 +95,6 @@ pub(crate) fn note_in_use() {
 fn non_blocking(driver: &driver::Driver, stream: usize) -> Result<bool> {
     Ok(!is_default_stream(stream)
         && driver.stream_flags(stream)? & driver::STREAM_NON_BLOCKING != 0)
-}
-
-/// After a copy to the device enqueued on `stream`: when that is the legacy stream, records
-/// the context's `copied` event after it, for launches on non-blocking streams to wait on.
-pub(crate) fn after_copy_to_device(memory: &ContextMemory, stream: usize) -> driver::Result<()> {
-    if !is_legacy_stream(stream) {
-        return Ok(());
-    }
-    memory.copied.record(stream)?;
-    LEGACY_COPIES.fetch_add(1, Ordering::Release);
-    Ok(())
 }
 
 /// Before a launch (or a graph's replay) on `stream`, which may use the memory API's
@@ -108,62 +124,109 @@ pub(crate) fn after_launch(
     context: &LaunchContext,
     stream: usize,
 ) -> Result<()> {
-    with_context_memory(driver, context, |memory| {
-        let launched = &mut memory.launched;
-        let index = match launched.iter().position(|l| l.stream == stream) {
-            Some(index) => index,
-            None => {
-                if launched.len() == FOLLOWED_STREAMS {
-                    let oldest = launched.remove(0);
-                    if oldest.pending {
-                        driver.stream_wait_event(0, oldest.event.handle())?;
-                    }
-                }
-                launched.push(LaunchedOn {
-                    stream,
-                    event: Event::create(driver, false)?,
-                    pending: false,
-                });
-                launched.len() - 1
-            }
-        };
-        let entry = &mut launched[index];
-        entry.event.record(stream)?;
-        entry.pending = true;
-        Ok(())
-    })?;
+    with_context_memory(driver, context, |memory| follow(driver, memory, stream))?;
     Ok(())
 }
 
-/// Before a free on `stream`: makes it wait for every launch on a non-blocking stream since
-/// the last free (a kernel there may still read the memory). Waited for on the legacy
-/// stream, a launch needs no second wait: later frees there come after this one.
-pub(crate) fn order_free_after_launches(
+/// Records `stream`'s event (made on first use) after the work enqueued there so far.
+fn follow(
+    driver: &'static driver::Driver,
+    memory: &mut ContextMemory,
+    stream: usize,
+) -> driver::Result<()> {
+    let followed = &mut memory.followed;
+    let index = match followed.iter().position(|f| f.stream == stream) {
+        Some(index) => index,
+        None => {
+            if followed.len() == FOLLOWED_STREAMS {
+                let oldest = followed.remove(0);
+                if oldest.pending {
+                    driver.stream_wait_event(LEGACY_STREAM, oldest.event.handle())?;
+                }
+            }
+            followed.push(FollowedStream {
+                stream,
+                event: Event::create(driver, false)?,
+                pending: false,
+            });
+            followed.len() - 1
+        }
+    };
+    let entry = &mut followed[index];
+    entry.event.record(stream)?;
+    entry.pending = true;
+    Ok(())
+}
+
+/// Before a free on `stream`: makes it wait for every piece of work on a non-blocking stream
+/// since the last free (it may still use the memory). Waited for on the legacy stream, that
+/// work needs no second wait: later frees there come after this one.
+pub(crate) fn order_free(
     driver: &driver::Driver,
     memory: &mut ContextMemory,
     stream: usize,
 ) -> driver::Result<()> {
-    for launched in memory.launched.iter_mut().filter(|l| l.pending) {
-        driver.stream_wait_event(stream, launched.event.handle())?;
-        launched.pending = !is_legacy_stream(stream);
+    for followed in memory.followed.iter_mut().filter(|f| f.pending) {
+        driver.stream_wait_event(stream, followed.event.handle())?;
+        followed.pending = !is_legacy_stream(stream);
     }
     Ok(())
 }
 
-/// Before a copy on `stream`: when it is a non-blocking stream not being captured, it waits
-/// for the copies to the device on the legacy stream it has not waited for. (Frees already
-/// follow the streams their memory was copied on: `Driver::free_after`.) Returns whether
-/// `stream` is being captured.
+/// Before a copy on `stream`: whether it is being captured (asked of every stream: the
+/// per-thread default stream can be captured), and whether it is a non-blocking stream,
+/// which then waits for the copies to the device on the legacy stream it has not waited for.
+/// Call [`after_stream_work`] once the copy is enqueued.
 pub(crate) fn before_copy(
     driver: &'static driver::Driver,
     context: &LaunchContext,
     stream: usize,
-) -> Result<bool> {
+) -> Result<StreamWork> {
     let capturing = driver.stream_is_capturing(stream)?;
-    if !capturing && non_blocking(driver, stream)? {
+    let non_blocking = !capturing && non_blocking(driver, stream)?;
+    if non_blocking {
         wait_for_legacy_copies(driver, context, stream)?;
     }
-    Ok(capturing)
+    Ok(StreamWork {
+        stream,
+        capturing,
+        non_blocking,
+    })
+}
+
+/// Before an allocation on `stream`: on a non-blocking stream not being captured, the
+/// allocation is to be followed ([`after_stream_work`]), for the free on the legacy stream
+/// to come after it. The default streams are not asked anything.
+pub(crate) fn before_alloc(driver: &'static driver::Driver, stream: usize) -> Result<StreamWork> {
+    let mut work = StreamWork {
+        stream,
+        capturing: false,
+        non_blocking: false,
+    };
+    if !is_default_stream(stream) {
+        work.capturing = driver.stream_is_capturing(stream)?;
+        work.non_blocking = !work.capturing && non_blocking(driver, stream)?;
+    }
+    Ok(work)
+}
+
+/// After a copy ([`before_copy`]) or an allocation ([`before_alloc`]) is enqueued: a write
+/// to the device on the legacy stream is counted (for non-blocking streams to wait for),
+/// work on a non-blocking stream is followed (for frees to wait for).
+pub(crate) fn after_stream_work(
+    driver: &'static driver::Driver,
+    context: &LaunchContext,
+    work: StreamWork,
+    writes_device: bool,
+) -> driver::Result<()> {
+    if work.non_blocking {
+        with_context_memory(driver, context, |memory| {
+            follow(driver, memory, work.stream)
+        })?;
+    } else if writes_device && !work.capturing && is_legacy_stream(work.stream) {
+        LEGACY_COPIES.fetch_add(1, Ordering::Release);
+    }
+    Ok(())
 }
 
 fn wait_for_legacy_copies(
@@ -182,7 +245,13 @@ fn wait_for_legacy_copies(
         return Ok(());
     }
     with_context_memory(driver, context, |memory| {
-        driver.stream_wait_event(stream, memory.copied.handle())
+        let copied = &mut memory.legacy_copies;
+        if copied.recorded_at != copies {
+            // after every copy counted so far: each was enqueued before it was counted
+            copied.event.record(LEGACY_STREAM)?;
+            copied.recorded_at = copies;
+        }
+        driver.stream_wait_event(stream, copied.event.handle())
     })?;
     let mut updated = [(0, 0, 0); WAITERS];
     updated[0] = (key, stream, copies);

@@ -1,16 +1,13 @@
 //! Allocations from the driver's stream-ordered pool and their frees, and the pool's
 //! settings (see `fastlaunch_driver::MemoryPool`).
 
-use pyo3::prelude::*;
-use pyo3::types::PyTuple;
-use smallvec::SmallVec;
-
 use fastlaunch_driver::LaunchContext;
+use pyo3::prelude::*;
 
-use super::ordering::order_free_after_launches;
+use super::ordering::{after_stream_work, before_alloc, order_free};
 use super::{byte_count, current, live_context, with_context_memory};
 use crate::devices::driver;
-use crate::errors::{Error, Result};
+use crate::errors::Result;
 
 /// The current context's unique id (device 0's primary context made current if none is):
 /// what `mem_free(context=...)` takes.
@@ -26,36 +23,27 @@ pub(crate) fn context_key() -> Result<u64> {
 pub(crate) fn mem_alloc(nbytes: i64, stream: usize) -> Result<u64> {
     let nbytes = byte_count(nbytes)?;
     let (driver, context) = current()?;
+    let work = before_alloc(driver, stream)?;
     // the context's memory state, so that a free from another thread can find its handle
     with_context_memory(driver, &context, |_| Ok(()))?;
-    Ok(driver.alloc_async(nbytes, stream)?)
+    let pointer = driver.alloc_async(nbytes, stream)?;
+    after_stream_work(driver, &context, work, false)?;
+    Ok(pointer)
 }
 
 /// Frees `pointer` (from `mem_alloc`) on `stream`, ordered after all work already enqueued
-/// on `stream` and on each stream of `after`. `context`: the key (`context_key`) of the
-/// context it was allocated in, made current for the free when it is not; when that context
-/// was destroyed since (`cuda.close()`), its memory went with it and nothing is done.
+/// on `stream` and after the work on non-blocking streams that may use it
+/// (`ordering::order_free`). `context`: the key (`context_key`) of the context it was
+/// allocated in, made current for the free when it is not; when that context was destroyed
+/// since (`cuda.close()`), its memory went with it and nothing is done.
 #[pyfunction]
-#[pyo3(signature = (pointer, stream = 0, after = None, context = None))]
-pub(crate) fn mem_free(
-    pointer: u64,
-    stream: usize,
-    after: Option<&Bound<'_, PyTuple>>,
-    context: Option<u64>,
-) -> Result<()> {
-    let after: SmallVec<[usize; 4]> = match after {
-        Some(streams) => streams
-            .iter()
-            .map(|s| s.extract::<usize>())
-            .collect::<PyResult<_>>()
-            .map_err(|_| Error::Type("after must be a tuple of stream handles (ints)".into()))?,
-        None => SmallVec::new(),
-    };
+#[pyo3(signature = (pointer, stream = 0, context = None))]
+pub(crate) fn mem_free(pointer: u64, stream: usize, context: Option<u64>) -> Result<()> {
     let (driver, current_context) = current()?;
     let free = |on: &LaunchContext| {
         with_context_memory(driver, on, |memory| {
-            order_free_after_launches(driver, memory, stream)?;
-            driver.free_after(pointer, stream, &after, &memory.fence)
+            order_free(driver, memory, stream)?;
+            driver.free_async(pointer, stream)
         })
     };
     match context {

@@ -9,7 +9,7 @@ use fastlaunch_driver::StagingRing;
 use pyo3::prelude::*;
 
 use super::buffer::HostBuffer;
-use super::ordering::{after_copy_to_device, before_copy};
+use super::ordering::{after_stream_work, before_copy};
 use super::{byte_count, current, with_context_memory};
 use crate::errors::{Error, Result};
 
@@ -28,21 +28,21 @@ pub(crate) fn copy_to_device(
     let buffer = HostBuffer::take(host, false, "host")?;
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
-    let capturing = before_copy(driver, &context, stream)?;
+    let work = before_copy(driver, &context, stream)?;
     let copy = move || {
         // SAFETY: the buffer stays exported (and so in place) until `buffer` drops after this;
         // the caller gives a device range of at least `len` bytes.
         let host = unsafe { std::slice::from_raw_parts(address as *const u8, len) };
-        if capturing {
+        if work.capturing {
             // a graph would replay a staging slot's later contents: copy as numba-cuda does
             // SAFETY: as above.
             return unsafe { driver.copy_host_to_device_async(pointer, host, stream) };
         }
         with_context_memory(driver, &context, |memory| {
             // SAFETY: as above.
-            unsafe { memory.ring.copy_to_device(pointer, host, stream) }?;
-            after_copy_to_device(memory, stream)
-        })
+            unsafe { memory.ring.copy_to_device(pointer, host, stream) }
+        })?;
+        after_stream_work(driver, &context, work, true)
     };
     let copied = if StagingRing::stages(len) {
         copy()
@@ -67,7 +67,7 @@ pub(crate) fn copy_to_host(
     let buffer = HostBuffer::take(host, true, "host")?;
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
-    let capturing = before_copy(driver, &context, stream)?;
+    let capturing = before_copy(driver, &context, stream)?.capturing;
     let copied = py.detach(move || {
         // SAFETY: the writable export stays (and the memory in place) until `buffer` drops
         // after this; nothing else writes it meanwhile under the GIL's absence but other
@@ -111,10 +111,11 @@ pub(crate) fn copy_device(dst: u64, src: u64, nbytes: i64, stream: usize) -> Res
         return Ok(());
     }
     let (driver, context) = current()?;
-    before_copy(driver, &context, stream)?;
+    let work = before_copy(driver, &context, stream)?;
     // SAFETY: the caller gives device ranges of `nbytes` bytes (the Python layer passes its
     // arrays' own allocations); the driver refuses pointers it does not know.
-    Ok(unsafe { driver.copy_device_async(dst, src, nbytes, stream) }?)
+    unsafe { driver.copy_device_async(dst, src, nbytes, stream) }?;
+    Ok(after_stream_work(driver, &context, work, true)?)
 }
 
 /// Sets `nbytes` at device `pointer` to the byte `value` in `stream`'s order.
@@ -126,7 +127,8 @@ pub(crate) fn memset(pointer: u64, value: u8, nbytes: i64, stream: usize) -> Res
         return Ok(());
     }
     let (driver, context) = current()?;
-    before_copy(driver, &context, stream)?;
+    let work = before_copy(driver, &context, stream)?;
     // SAFETY: as for `copy_device`.
-    Ok(unsafe { driver.memset_async(pointer, value, nbytes, stream) }?)
+    unsafe { driver.memset_async(pointer, value, nbytes, stream) }?;
+    Ok(after_stream_work(driver, &context, work, true)?)
 }
