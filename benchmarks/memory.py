@@ -28,6 +28,9 @@ What is timed (µs per call, host time; the context synchronized, untimed, befor
 - ``host_args_call``: the same kernel called on the five host NumPy arrays (numba-cuda copies
   each in, then back): numba-cuda's kernel, and fastlaunch's.
 
+``--steps N`` also times the Black-Scholes-shaped call step by step under
+``fastlaunch.install()`` (DIR/memory-steps.md): where its time goes.
+
 numba-cuda's rows run with fastlaunch uninstalled and fastlaunch's with it installed (switched,
 untimed, before each batch), so neither borrows the other's code. Each round runs every variant
 once, one batch each, in an order shuffled per round; per variant the median, p10 and p90 over
@@ -430,6 +433,63 @@ def run(variants: list[Variant], rounds: int, seconds: float, seed: int) -> int:
     return done
 
 
+#: the Black-Scholes-shaped call's steps, as ``tutorial_steps`` times them
+STEPS = (
+    "stream",
+    "to_device x3",
+    "device_array_like x2",
+    "launch",
+    "copy_to_host (call)",
+    "copy_to_host (put)",
+    "synchronize",
+    "drop the arrays and stream",
+)
+
+
+def tutorial_steps(calls: int) -> dict[str, float]:
+    """The Black-Scholes-shaped call under ``fastlaunch.install()``, each step timed on its
+    own over ``calls`` calls: the median µs per step."""
+    import numpy as np
+    from numba import cuda
+
+    import fastlaunch
+
+    _, kernel = make_kernels()
+    price, strike, years = tutorial_inputs(np)
+    blocks, threads = math.ceil(OPTIONS / 256), 256
+    spent: dict[str, list[float]] = {step: [] for step in STEPS}
+    clock = time.perf_counter
+    fastlaunch.install()
+    try:
+        for _ in range(calls + 1):  # the first call warms
+            t0 = clock()
+            stream = cuda.stream()
+            t1 = clock()
+            d_price = cuda.to_device(price, stream)
+            d_strike = cuda.to_device(strike, stream)
+            d_years = cuda.to_device(years, stream)
+            t2 = clock()
+            d_call = cuda.device_array_like(price, stream)
+            d_put = cuda.device_array_like(price, stream)
+            t3 = clock()
+            kernel[blocks, threads, stream](d_call, d_put, d_price, d_strike, d_years, 0.02, 0.3)
+            t4 = clock()
+            d_call.copy_to_host(stream=stream)
+            t5 = clock()
+            d_put.copy_to_host(stream=stream)
+            t6 = clock()
+            stream.synchronize()
+            t7 = clock()
+            del stream, d_price, d_strike, d_years, d_call, d_put
+            t8 = clock()
+            marks = (t0, t1, t2, t3, t4, t5, t6, t7, t8)
+            for step, begin, end in zip(STEPS, marks, marks[1:], strict=True):
+                spent[step].append((end - begin) * 1e6)
+    finally:
+        fastlaunch.uninstall()
+    return {step: _percentile(sorted(us[1:]), 50) for step, us in spent.items()}
+
+
 def rows(variants: list[Variant]) -> list[dict[str, Any]]:
     out = []
     for v in sorted(
@@ -491,6 +551,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--libraries", default=",".join(LIBRARIES))
     parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="also time the Black-Scholes-shaped call step by step, fastlaunch installed, "
+        "over this many calls (memory-steps.md)",
+    )
     args = parser.parse_args()
     variants = build(set(args.libraries.split(",")), set(args.ops.split(",")))
     done = run(variants, args.rounds, args.seconds, args.seed)
@@ -506,6 +573,19 @@ def main() -> int:
     (args.out / "memory.md").write_text(text)
     (args.out / "memory.json").write_text(json.dumps({**meta, "rows": table}, indent=1) + "\n")
     print(text)
+    if args.steps:
+        steps = tutorial_steps(args.steps)
+        lines = [
+            f"Black-Scholes-shaped call under fastlaunch.install(), median µs per step over "
+            f"{args.steps} calls ({meta['measured']}):",
+            "",
+            "| step | µs |",
+            "|---|--:|",
+            *(f"| {step} | {us:.1f} |" for step, us in steps.items()),
+            f"| all | {sum(steps.values()):.1f} |",
+        ]
+        (args.out / "memory-steps.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
     return 0
 
 
