@@ -9,6 +9,7 @@ counts, and every test that passes plain but not installed.
 
 usage:
   python3 conformance/run.py --out DIR [--group K/N | --modules a,b] [--jobs N] [--timeout S]
+      (--modules takes modules and the names cudadrv and doc_examples: all of a package's)
                              [--budget S]
       writes DIR/conformance.md and DIR/conformance.json and prints the Markdown
   python3 conformance/run.py --merge A.json B.json ... --out DIR
@@ -555,9 +556,17 @@ def report(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> tuple[st
 
 
 def _selected(args: argparse.Namespace) -> list[str]:
-    """--modules, else every module (--group K/N: that group of them)."""
+    """--modules (a package's name, such as ``cudadrv``, stands for all its modules), else
+    every module (--group K/N: that group of them)."""
     if args.modules:
-        return [m.strip() for m in args.modules.split(",") if m.strip()]
+        packages = {p.rpartition(".")[2]: p for p in OTHER_PACKAGES}
+        selected = []
+        for name in (m.strip() for m in args.modules.split(",")):
+            if name in packages:
+                selected += [m for m in discover() if m.startswith(packages[name] + ".")]
+            elif name:
+                selected.append(name)
+        return selected
     modules = discover()
     return group_of(modules, args.group) if args.group else modules
 
