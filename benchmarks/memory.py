@@ -483,11 +483,43 @@ def tutorial_steps(calls: int) -> dict[str, float]:
             del stream, d_price, d_strike, d_years, d_call, d_put
             t8 = clock()
             marks = (t0, t1, t2, t3, t4, t5, t6, t7, t8)
-            for step, begin, end in zip(STEPS, marks, marks[1:], strict=True):
+            for step, begin, end in zip(STEPS, marks[:-1], marks[1:], strict=True):
                 spent[step].append((end - begin) * 1e6)
+        steps = {step: _percentile(sorted(us[1:]), 50) for step, us in spent.items()}
+        steps.update(pieces(price))
     finally:
         fastlaunch.uninstall()
-    return {step: _percentile(sorted(us[1:]), 50) for step, us in spent.items()}
+    return steps
+
+
+def pieces(host: Any) -> dict[str, float]:
+    """What a ``to_device`` of ``host`` is made of, each timed alone (median µs of 15 batches):
+    the Rust core's pool allocation and free, its staged copy, and the whole call."""
+    from numba import cuda
+
+    from fastlaunch import _core
+
+    def timed(call: Callable[[], Any], batch: int = 200) -> float:
+        batches = []
+        for _ in range(15):
+            begin = time.perf_counter()
+            for _ in range(batch):
+                call()
+            batches.append((time.perf_counter() - begin) / batch * 1e6)
+        return _percentile(sorted(batches), 50)
+
+    address = _core.mem_alloc(host.nbytes)
+    out = {
+        "(piece) _core.mem_alloc + mem_free": timed(
+            lambda: _core.mem_free(_core.mem_alloc(host.nbytes))
+        ),
+        "(piece) _core.copy_to_device, staged": timed(lambda: _core.copy_to_device(address, host)),
+        "(piece) cuda.device_array_like": timed(lambda: cuda.device_array_like(host)),
+        "(piece) cuda.to_device": timed(lambda: cuda.to_device(host)),
+    }
+    cuda.synchronize()
+    _core.mem_free(address)
+    return out
 
 
 def rows(variants: list[Variant]) -> list[dict[str, Any]]:
@@ -581,8 +613,9 @@ def main() -> int:
             "",
             "| step | µs |",
             "|---|--:|",
-            *(f"| {step} | {us:.1f} |" for step, us in steps.items()),
-            f"| all | {sum(steps.values()):.1f} |",
+            *(f"| {step} | {us:.1f} |" for step, us in steps.items() if step in STEPS),
+            f"| all | {sum(steps[step] for step in STEPS):.1f} |",
+            *(f"| {step} | {us:.1f} |" for step, us in steps.items() if step not in STEPS),
         ]
         (args.out / "memory-steps.md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
