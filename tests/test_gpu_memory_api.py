@@ -296,6 +296,10 @@ def test_views_reshape_and_ravel_as_numba_cuda(make):
         ours = views.ravel(fast, order=order)
         assert described(ours) == described(theirs)
         assert np.array_equal(transfers.copy_to_host(ours), theirs.copy_to_host())
+    # T: numba-cuda's transpose kernel, into a new array from the pool
+    theirs, ours = plain.T, fast.T
+    assert type(ours) is DeviceNDArray and described(ours) == described(theirs)
+    assert np.array_equal(transfers.copy_to_host(ours), theirs.copy_to_host())
 
 
 BAD_INPUT = {
