@@ -167,22 +167,24 @@ def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, sh
     owner = view.owner  # the owning allocation itself (MemoryPointer.owner)
     address += begin
     pointer = classes.CUdeviceptr(address)
+    size = end - begin
     # MemoryPointer.view: a MemoryPointer of the owner ...
     memory = _new(classes.MemoryPointer)
     memory.context = view.context
     memory.device_pointer = pointer
-    memory.size = end - begin
-    memory._cuda_memsize_ = end - begin
+    memory.size = size
+    memory._cuda_memsize_ = size
     memory.is_managed = False
     memory.refct = 1
     memory.handle = pointer
     memory._owner = owner
-    # ... in an OwnedPointer, which takes a reference on the owner
+    # ... in an OwnedPointer, which takes a reference on the owner (counted on the owner
+    # itself: through its proxy costs twice as much)
+    owner.refct += 1
     owner = _proxy(owner)
     owned = _new(classes.OwnedPointer)
     owned._mem = owner
     owned._view = memory
-    owner.refct += 1
     _owners[_ref(owned, _deref)] = (owner, None)
     owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
     # the DeviceNDArray over it
