@@ -492,6 +492,52 @@ def tutorial_steps(calls: int) -> dict[str, float]:
     return steps
 
 
+def tutorial_profile(calls: int) -> str:
+    """cProfile of ``calls`` Black-Scholes-shaped calls under ``fastlaunch.install()``: the
+    functions by own time, then by cumulative time (profiling slows each Python call, so
+    read it for where the time goes, not for how much)."""
+    import cProfile
+    import io
+    import pstats
+
+    import numpy as np
+    from numba import cuda
+
+    import fastlaunch
+
+    _, kernel = make_kernels()
+    price, strike, years = tutorial_inputs(np)
+    blocks, threads = math.ceil(OPTIONS / 256), 256
+
+    def call() -> None:
+        stream = cuda.stream()
+        d_price = cuda.to_device(price, stream)
+        d_strike = cuda.to_device(strike, stream)
+        d_years = cuda.to_device(years, stream)
+        d_call = cuda.device_array_like(price, stream)
+        d_put = cuda.device_array_like(price, stream)
+        kernel[blocks, threads, stream](d_call, d_put, d_price, d_strike, d_years, 0.02, 0.3)
+        d_call.copy_to_host(stream=stream)
+        d_put.copy_to_host(stream=stream)
+        stream.synchronize()
+
+    fastlaunch.install()
+    try:
+        call()  # warm
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(calls):
+            call()
+        profile.disable()
+    finally:
+        fastlaunch.uninstall()
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(25)
+    return out.getvalue()
+
+
 def pieces(host: Any) -> dict[str, float]:
     """What a ``to_device`` of ``host`` is made of, each timed alone (median µs of 15 batches):
     the Rust core's pool allocation and free, its staged copy, and the whole call."""
@@ -617,6 +663,7 @@ def main() -> int:
             f"| all | {sum(steps[step] for step in STEPS):.1f} |",
             *(f"| {step} | {us:.1f} |" for step, us in steps.items() if step not in STEPS),
         ]
+        lines += ["", "```", tutorial_profile(args.steps), "```"]
         (args.out / "memory-steps.md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
     return 0
