@@ -391,6 +391,35 @@ def test_no_use_after_free_after_a_kernel_on_a_non_blocking_stream():
     assert np.array_equal(transfers.copy_to_host(out), host)
 
 
+def test_a_free_follows_work_on_a_non_blocking_stream_destroyed_since():
+    """An array is allocated, filled and read on a non-blocking stream, behind a long kernel
+    there; the stream is destroyed (its work runs on), then the array is dropped and its free
+    flushed: arrays allocated and written on another stream at once do not get its memory
+    before that work ran (the free waits on an event recorded after it, never on the
+    stream's handle, which may be gone or another stream's by then)."""
+    handle = _core.stream_create(non_blocking=True)
+    side = cuda.external_stream(handle)
+    other = flm.stream()
+    n = 1 << 16
+    host = np.arange(n, dtype=np.float64)
+    busy_in, out = fl.to_device(host), fl.device_array(n)
+    cuda.synchronize()
+    slow_copy_fastlaunch[n // 256, 256, side](out, busy_in, 1 << 20)  # keeps `side` busy
+    dropped = fl.device_array(n, stream=side)
+    transfers.copy_to_device(dropped, host + 1, stream=side)  # after the long kernel
+    slow_copy_fastlaunch[n // 256, 256, side](out, dropped, 1)  # reads it, after that
+    del side
+    _core.stream_destroy(handle)
+    del dropped
+    cuda.current_context().memory_manager.deallocations.clear()
+    kept = _scribbled_at_once(other, n)
+    other.synchronize()
+    cuda.synchronize()
+    assert np.array_equal(transfers.copy_to_host(out), host + 1)
+    for fresh in kept:
+        assert (transfers.copy_to_host(fresh) == -1.0).all()
+
+
 def test_a_kernel_on_a_non_blocking_stream_sees_what_to_device_copied():
     """`to_device` with no stream returns once the bytes are staged, its copy queued on the
     legacy stream (here behind a long kernel); a fastlaunch kernel launched at once on a
