@@ -218,9 +218,10 @@ def _deref(reference: Any) -> None:
     owner's ``free()`` runs."""
     memory, release = _owners.pop(reference)
     try:
-        memory.refct -= 1
-        assert memory.refct >= 0
-        if memory.refct == 0:
+        count = memory.refct - 1  # (each access through the proxy costs a lookup)
+        memory.refct = count
+        assert count >= 0
+        if count == 0:
             if release is not None and release.alive:
                 release()
             else:
