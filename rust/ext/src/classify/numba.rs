@@ -1,7 +1,7 @@
-//! numba-cuda `DeviceNDArray`s: fields read from the instance dict, and a per-thread table
-//! of recently launched arrays (they never change memory, shape, strides or dtype). Mapped
-//! and managed arrays are NumPy arrays too, whose shape and dtype can be assigned in place:
-//! they are read on every launch.
+//! numba-cuda `DeviceNDArray`s: fields read by attribute, and a per-thread table of recently
+//! launched arrays (they never change memory, shape, strides or dtype). Mapped and managed
+//! arrays are NumPy arrays too, whose shape and dtype can be assigned in place: they are read
+//! from the instance dict on every launch.
 
 use std::cell::RefCell;
 
@@ -38,8 +38,51 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
         arg,
         scratch,
         |_| Ok(true),
-        |scratch| read_numba_array_fields(arg, at, scratch),
+        |scratch| read_device_array_attributes(arg, at, scratch),
     )
+}
+
+/// A numba `DeviceNDArray`'s fields, by attribute: its instance attributes are kept in the
+/// object's inline values until its `__dict__` is asked for, which would build a dict first
+/// (most of the cost of reading a new array).
+fn read_device_array_attributes(
+    arg: &Bound<'_, PyAny>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let py = arg.py();
+    let Some(scalar) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
+        scratch.needs_numba = true;
+        return Ok(());
+    };
+    let data = owned_device_pointer(&arg.getattr(intern!(py, "gpu_data"))?)
+        .map_err(|_| at.error("numba device array has no readable device pointer"))?;
+    push_from_tuples(
+        at,
+        scratch,
+        data,
+        scalar,
+        &arg.getattr(intern!(py, "shape"))?,
+        &arg.getattr(intern!(py, "strides"))?,
+    )
+}
+
+/// The address behind a device array's `gpu_data`: an `OwnedPointer`'s own
+/// `device_ctypes_pointer` attribute (found without its `__getattr__`), else what
+/// `numba_device_pointer` reads.
+fn owned_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let py = gpu_data.py();
+    match gpu_data.getattr_opt(intern!(py, "device_ctypes_pointer"))? {
+        Some(pointer) => {
+            let value = pointer.getattr(intern!(py, "value"))?;
+            if value.is_none() {
+                Ok(0)
+            } else {
+                int_as_u64(&value)
+            }
+        }
+        None => numba_device_pointer(gpu_data),
+    }
 }
 
 /// A numba array that is also a NumPy array (`MappedNDArray`, `ManagedNDArray`): read every
@@ -52,9 +95,9 @@ pub(super) fn read_host_backed(
     read_numba_array_fields(arg, at, scratch)
 }
 
-/// A numba `DeviceNDArray`'s fields, read from the instance dict (one dict lookup each, no
-/// type-attribute lookups), falling back to attribute access for subclasses that compute
-/// them.
+/// A mapped or managed array's numba fields, read from the instance dict (NumPy's own
+/// `shape`, `strides` and `dtype` descriptors would answer an attribute access), falling back
+/// to attribute access for what is not there.
 fn read_numba_array_fields<'py>(
     arg: &Bound<'py, PyAny>,
     at: Position<'_>,
