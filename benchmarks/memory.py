@@ -139,6 +139,27 @@ def tutorial_inputs(np: Any) -> tuple[Any, Any, Any]:
     return price, strike, years
 
 
+def numba_tutorial_call(cuda: Any, kernel: Any, np: Any) -> Callable[[], tuple[Any, Any]]:
+    """The Black-Scholes-shaped call with numba-cuda's memory API (`cuda` is numba.cuda)."""
+    price, strike, years = tutorial_inputs(np)
+    blocks, threads = math.ceil(OPTIONS / 256), 256
+
+    def tutorial_call() -> tuple[Any, Any]:
+        stream = cuda.stream()
+        d_price = cuda.to_device(price, stream)
+        d_strike = cuda.to_device(strike, stream)
+        d_years = cuda.to_device(years, stream)
+        d_call = cuda.device_array_like(price, stream)
+        d_put = cuda.device_array_like(price, stream)
+        kernel[blocks, threads, stream](d_call, d_put, d_price, d_strike, d_years, 0.02, 0.30)
+        call = d_call.copy_to_host(stream=stream)
+        put = d_put.copy_to_host(stream=stream)
+        stream.synchronize()
+        return call, put
+
+    return tutorial_call
+
+
 def numba_api_variants(library: str, cuda: Any, kernel: Any, np: Any, sizes) -> list[Variant]:
     """The numba-cuda memory API as a tutorial uses it: `cuda` is numba.cuda, with
     fastlaunch installed (library "fastlaunch") or not ("numba-cuda")."""
@@ -182,20 +203,7 @@ def numba_api_variants(library: str, cuda: Any, kernel: Any, np: Any, sizes) -> 
     ]
     price, strike, years = tutorial_inputs(np)
     blocks, threads = math.ceil(OPTIONS / 256), 256
-
-    def tutorial_call() -> tuple[Any, Any]:
-        stream = cuda.stream()
-        d_price = cuda.to_device(price, stream)
-        d_strike = cuda.to_device(strike, stream)
-        d_years = cuda.to_device(years, stream)
-        d_call = cuda.device_array_like(price, stream)
-        d_put = cuda.device_array_like(price, stream)
-        kernel[blocks, threads, stream](d_call, d_put, d_price, d_strike, d_years, 0.02, 0.30)
-        call = d_call.copy_to_host(stream=stream)
-        put = d_put.copy_to_host(stream=stream)
-        stream.synchronize()
-        return call, put
-
+    tutorial_call = numba_tutorial_call(cuda, kernel, np)
     call_out, put_out = np.empty(OPTIONS), np.empty(OPTIONS)
 
     def host_args_call() -> None:
@@ -506,21 +514,7 @@ def tutorial_profile(calls: int) -> str:
     import fastlaunch
 
     _, kernel = make_kernels()
-    price, strike, years = tutorial_inputs(np)
-    blocks, threads = math.ceil(OPTIONS / 256), 256
-
-    def call() -> None:
-        stream = cuda.stream()
-        d_price = cuda.to_device(price, stream)
-        d_strike = cuda.to_device(strike, stream)
-        d_years = cuda.to_device(years, stream)
-        d_call = cuda.device_array_like(price, stream)
-        d_put = cuda.device_array_like(price, stream)
-        kernel[blocks, threads, stream](d_call, d_put, d_price, d_strike, d_years, 0.02, 0.3)
-        d_call.copy_to_host(stream=stream)
-        d_put.copy_to_host(stream=stream)
-        stream.synchronize()
-
+    call = numba_tutorial_call(cuda, kernel, np)
     fastlaunch.install()
     try:
         call()  # warm
