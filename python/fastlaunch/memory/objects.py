@@ -131,30 +131,14 @@ def pool_memory(context: Any, address: int, nbytes: int, release: Release) -> An
     ``NumbaCUDAMemoryManager.memalloc`` returns), with ``release`` as its finalizer; returns
     ``(memory, owned)``. ``context`` is a weak proxy of numba-cuda's ``Context``."""
     classes = _classes or kinds()
-    pointer = classes.CUdeviceptr(address)
-    memory = _new(classes.AutoFreePointer)
-    # MemoryPointer.__init__'s attributes, in its order; AutoFreePointer drops refct to 0,
-    # OwnedPointer takes it to 1
-    memory.context = context
-    memory.device_pointer = pointer
-    memory.size = nbytes
-    memory._cuda_memsize_ = nbytes
-    memory.is_managed = True
-    memory.refct = 1
-    memory.handle = pointer
-    memory._owner = None
+    # AutoFreePointer drops refct to 0, OwnedPointer takes it to 1
+    memory = _memory_pointer(classes.AutoFreePointer, context, address, nbytes, None, True)
     memory._finalizer = release
     release.alive = True
     release._reference = reference = _ref(memory, _collected)
     _pending[reference] = release
-    # OwnedPointer(proxy): its attributes, in its order
     proxy = _proxy(memory)
-    owned = _new(classes.OwnedPointer)
-    owned._mem = proxy
-    owned._view = proxy
-    _owners[_ref(owned, _deref)] = (proxy, release)
-    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
-    return memory, owned
+    return memory, _owned_pointer(proxy, proxy, release, address)
 
 
 def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, shape: tuple) -> Any:
@@ -166,45 +150,50 @@ def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, sh
     view = gpu_data._view
     owner = view.owner  # the owning allocation itself (MemoryPointer.owner)
     address += begin
-    pointer = classes.CUdeviceptr(address)
-    size = end - begin
     # MemoryPointer.view: a MemoryPointer of the owner ...
-    memory = _new(classes.MemoryPointer)
-    memory.context = view.context
-    memory.device_pointer = pointer
-    memory.size = size
-    memory._cuda_memsize_ = size
-    memory.is_managed = False
-    memory.refct = 1
-    memory.handle = pointer
-    memory._owner = owner
+    memory = _memory_pointer(
+        classes.MemoryPointer, view.context, address, end - begin, owner, False
+    )
     # ... in an OwnedPointer, which takes a reference on the owner (counted on the owner
     # itself: through its proxy costs twice as much)
     owner.refct += 1
-    owner = _proxy(owner)
+    owned = _owned_pointer(_proxy(owner), memory, None, address)
+    dtype = array.dtype
+    described = layout(shape, array.strides, dtype.itemsize)
+    return device_ndarray(described, dtype, array.stream, owned)
+
+
+def _memory_pointer(
+    kind: type, context: Any, address: int, size: int, owner: Any, managed: bool
+) -> Any:
+    """A ``MemoryPointer`` (or subclass ``kind``) with the attributes
+    ``MemoryPointer.__init__`` sets, in its order (the caller sets ``_finalizer``, last, for a
+    managed one)."""
+    pointer = (_classes or kinds()).CUdeviceptr(address)
+    memory = _new(kind)
+    memory.context = context
+    memory.device_pointer = pointer
+    memory.size = size
+    memory._cuda_memsize_ = size
+    memory.is_managed = managed
+    memory.refct = 1
+    memory.handle = pointer
+    memory._owner = owner
+    return memory
+
+
+def _owned_pointer(owner: Any, view: Any, release: Release | None, address: int) -> Any:
+    """``OwnedPointer(owner, view)`` with the attributes its ``__init__`` sets, in its order
+    (``owner`` a weak proxy of the owning allocation, whose reference count the caller has
+    taken), its ``deref`` run by ``_deref`` when it is collected (``release``: the owner's,
+    when made here)."""
+    classes = _classes or kinds()
     owned = _new(classes.OwnedPointer)
     owned._mem = owner
-    owned._view = memory
-    _owners[_ref(owned, _deref)] = (owner, None)
+    owned._view = view
+    _owners[_ref(owned, _deref)] = (owner, release)
     owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
-    # the DeviceNDArray over it
-    dtype = array.dtype
-    strides = array.strides
-    described = _layouts.get((shape, strides, dtype.itemsize))
-    if described is None:
-        described = layout(shape, strides, dtype.itemsize)
-    ndim, dummy, shape, strides, size, alloc_size = described
-    made = _new(classes.DeviceNDArray)
-    made.ndim = ndim
-    made._dummy = dummy
-    made.shape = shape
-    made.strides = strides
-    made.dtype = dtype
-    made.size = size
-    made.alloc_size = alloc_size
-    made.gpu_data = owned
-    made.stream = array.stream
-    return made
+    return owned
 
 
 #: per live OwnedPointer made here, by the weak reference that runs its release: the owner
