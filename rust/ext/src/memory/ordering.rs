@@ -79,6 +79,18 @@ pub(crate) struct StreamWork {
     non_blocking: bool,
 }
 
+impl StreamWork {
+    /// Work on `stream`, being captured or not: its flags are asked only when it is not
+    /// captured and not a default stream.
+    fn on(driver: &driver::Driver, stream: usize, capturing: bool) -> Result<StreamWork> {
+        Ok(StreamWork {
+            stream,
+            capturing,
+            non_blocking: !capturing && non_blocking(driver, stream)?,
+        })
+    }
+}
+
 /// Whether the memory API allocated or copied yet.
 pub(crate) fn in_use() -> bool {
     IN_USE.load(Ordering::Relaxed)
@@ -182,32 +194,19 @@ pub(crate) fn before_copy(
     context: &LaunchContext,
     stream: usize,
 ) -> Result<StreamWork> {
-    let capturing = driver.stream_is_capturing(stream)?;
-    let non_blocking = !capturing && non_blocking(driver, stream)?;
-    if non_blocking {
+    let work = StreamWork::on(driver, stream, driver.stream_is_capturing(stream)?)?;
+    if work.non_blocking {
         wait_for_legacy_copies(driver, context, stream)?;
     }
-    Ok(StreamWork {
-        stream,
-        capturing,
-        non_blocking,
-    })
+    Ok(work)
 }
 
 /// Before an allocation on `stream`: on a non-blocking stream not being captured, the
 /// allocation is to be followed ([`after_stream_work`]), for the free on the legacy stream
 /// to come after it. The default streams are not asked anything.
 pub(crate) fn before_alloc(driver: &'static driver::Driver, stream: usize) -> Result<StreamWork> {
-    let mut work = StreamWork {
-        stream,
-        capturing: false,
-        non_blocking: false,
-    };
-    if !is_default_stream(stream) {
-        work.capturing = driver.stream_is_capturing(stream)?;
-        work.non_blocking = !work.capturing && non_blocking(driver, stream)?;
-    }
-    Ok(work)
+    let capturing = !is_default_stream(stream) && driver.stream_is_capturing(stream)?;
+    StreamWork::on(driver, stream, capturing)
 }
 
 /// After a copy ([`before_copy`]) or an allocation ([`before_alloc`]) is enqueued: a write
