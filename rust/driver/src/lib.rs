@@ -31,13 +31,15 @@ pub use error::{Error, Result};
 pub use graph::{CaptureMode, Graph, GraphNode, KernelNodeParams};
 pub use launch::{Function, LaunchDims, LaunchOptions};
 pub use library::{loaded_count, Kernel, KernelAttribute, Library};
-pub use memory::{DeviceBuffer, MemoryPool, PinnedBuffer, PointerLocation, PoolUsage, StagingRing};
+pub use memory::{
+    Claim, DeviceBuffer, MemoryPool, PinnedBuffer, PointerLocation, PoolUsage, StagingRing,
+};
 pub use params::ParamBuffer;
 pub use stream::{
-    is_default_stream, is_legacy_stream, Event, Stream, LEGACY_STREAM, PER_THREAD_STREAM,
+    is_default_stream, is_legacy_stream, Capture, Event, Stream, LEGACY_STREAM, PER_THREAD_STREAM,
     STREAM_NON_BLOCKING,
 };
-pub use sys::CUresult;
+pub use sys::{CUresult, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT};
 
 use sys::{Api, CUDA_ERROR_NO_DEVICE, CUDA_SUCCESS};
 
@@ -56,6 +58,10 @@ static DRIVER: OnceLock<Result<Driver>> = OnceLock::new();
 /// Set in a child forked after this process initialised CUDA: the driver's state does not
 /// survive `fork`, and calls into it there fail or hang.
 static FORKED_AFTER_INIT: AtomicBool = AtomicBool::new(false);
+/// Set when the process exits ([`Driver::begin_exit`]): what is dropped from then on leaves
+/// its driver object to the process's end (the driver may be shutting down, and contexts
+/// may be gone with what they held).
+static EXITING: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn mark_forked_child() {
     FORKED_AFTER_INIT.store(true, Ordering::Relaxed);
@@ -70,6 +76,16 @@ extern "C" {
 }
 
 impl Driver {
+    /// The process is exiting: drops from now on give nothing back to the driver.
+    pub fn begin_exit() {
+        EXITING.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Driver::begin_exit`] was called.
+    pub fn exiting() -> bool {
+        EXITING.load(Ordering::Relaxed)
+    }
+
     /// Marks this process as a child forked after its parent initialised CUDA through
     /// another library (numba-cuda's driver): [`Driver::get`] refuses from now on.
     pub fn mark_forked_child() {

@@ -36,11 +36,14 @@ use crate::error::Result;
 use crate::sys::{self, CUevent, CUstream};
 use crate::Driver;
 
-/// A stream handle; destroyed on drop only when this process created it here.
+/// A stream handle; destroyed on drop only when this process created it here, and only
+/// while the context it was created in lives (a reset context took its streams with it).
 pub struct Stream {
     driver: &'static Driver,
     handle: CUstream,
     owned: bool,
+    /// The context it was created in, and that context's unique id then.
+    created_in: Option<(crate::Context, Option<u64>)>,
 }
 
 // SAFETY: stream handles may be used from any thread.
@@ -52,10 +55,15 @@ impl Stream {
     /// A new stream in the current context; `non_blocking` streams do not
     /// synchronise with the legacy default stream.
     pub fn create(driver: &'static Driver, non_blocking: bool) -> Result<Stream> {
+        let handle = driver.create_stream(non_blocking)? as CUstream;
+        let created_in = driver
+            .current_context()?
+            .map(|context| (context, driver.context_id(context)));
         Ok(Stream {
             driver,
-            handle: driver.create_stream(non_blocking)? as CUstream,
+            handle,
             owned: true,
+            created_in,
         })
     }
 
@@ -65,6 +73,7 @@ impl Stream {
             driver,
             handle: handle as CUstream,
             owned: false,
+            created_in: None,
         }
     }
 
@@ -97,6 +106,24 @@ impl Driver {
             "querying stream capture",
         )?;
         Ok(status != 0)
+    }
+
+    /// Whether work submitted to `stream` now would be captured into a graph, or, for the
+    /// legacy stream, is refused because a blocking stream is being captured (work there
+    /// would join that capture implicitly). Asking never invalidates a capture.
+    pub fn capture_state(&self, stream: usize) -> Result<Capture> {
+        let mut status: std::ffi::c_int = 0;
+        // SAFETY: valid out-pointer; the driver validates the handle.
+        let code = unsafe { (self.api.stream_is_capturing)(stream as CUstream, &mut status) };
+        if code == crate::sys::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT {
+            return Ok(Capture::Implicit);
+        }
+        self.check(code, "querying stream capture (cuStreamIsCapturing)")?;
+        Ok(if status == 0 {
+            Capture::None
+        } else {
+            Capture::Active
+        })
     }
 
     /// Makes `stream` wait, on the GPU, for the work submitted to `producer` so far, through
@@ -246,11 +273,27 @@ impl Driver {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if self.owned {
+        let context_lives = match self.created_in {
+            Some((context, Some(id))) => self.driver.context_id(context) == Some(id),
+            _ => true,
+        };
+        if self.owned && context_lives && !Driver::exiting() {
             // SAFETY: created by cuStreamCreate and destroyed once.
             let _ = unsafe { (self.driver.api.stream_destroy)(self.handle) };
         }
     }
+}
+
+/// What [`Driver::capture_state`] says of a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capture {
+    /// Work there runs when submitted.
+    None,
+    /// The stream is being captured (or its capture was invalidated and not yet ended).
+    Active,
+    /// The legacy stream, while a blocking stream is being captured: work there is refused
+    /// (and would invalidate that capture).
+    Implicit,
 }
 
 /// An event; destroyed on drop.
@@ -296,6 +339,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        if Driver::exiting() {
+            return;
+        }
         // SAFETY: created by cuEventCreate and destroyed once.
         let _ = unsafe { (self.driver.api.event_destroy)(self.handle) };
     }

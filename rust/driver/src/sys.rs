@@ -22,6 +22,10 @@ pub type CUmemoryPool = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+/// An operation on the legacy stream while a blocking stream is being captured (or asking
+/// the legacy stream whether it is).
+pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: CUresult = 906;
 pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
 pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
@@ -38,6 +42,8 @@ pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: c_int = 4;
 pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: c_int = 5;
 pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: c_int = 7;
 /// Pinned host memory usable from every context.
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
+pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
 pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x1;
 
 pub const CU_LAUNCH_ATTRIBUTE_COOPERATIVE: c_uint = 2;
@@ -110,6 +116,18 @@ pub struct CudaKernelNodeParams {
 pub struct MissingSymbol {
     pub symbol: &'static str,
     pub reason: String,
+}
+
+/// `CUmemPoolProps`: 88 bytes; what is not set here is zero (no export handles, no size
+/// limit, default usage).
+#[repr(C)]
+pub struct CUmemPoolProps {
+    pub alloc_type: c_int,
+    pub handle_types: c_int,
+    pub location_type: c_int,
+    pub location_id: c_int,
+    pub win32_security_attributes: *mut c_void,
+    pub reserved: [u8; 64],
 }
 
 /// Declares the entry-point table: one field per driver function, and a loader
@@ -261,6 +279,11 @@ driver_api! {
     optional {
         // A context's unique id (CUDA 12.0+).
         ctx_get_id = "cuCtxGetId": fn(CUcontext, *mut u64);
+        // Memory pools of fastlaunch's own (CUDA 11.2+); without them, the device's current pool.
+        mem_pool_create = "cuMemPoolCreate": fn(*mut CUmemoryPool, *const CUmemPoolProps);
+        mem_pool_destroy = "cuMemPoolDestroy": fn(CUmemoryPool);
+        mem_alloc_from_pool_async = "cuMemAllocFromPoolAsync":
+            fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream);
         // The node a capture just added: _v3 (CUDA 12.3+) adds edge data; _v2 for older drivers.
         stream_get_capture_info_v3 = "cuStreamGetCaptureInfo_v3": fn(
             CUstream, *mut c_int, *mut u64, *mut CUgraph,
@@ -279,5 +302,6 @@ mod tests {
         assert_eq!(std::mem::size_of::<CUlaunchAttribute>(), 72);
         assert_eq!(std::mem::size_of::<CUlaunchConfig>(), 56);
         assert_eq!(std::mem::size_of::<CudaKernelNodeParams>(), 72);
+        assert_eq!(std::mem::size_of::<CUmemPoolProps>(), 88);
     }
 }

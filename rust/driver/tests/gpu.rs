@@ -887,23 +887,45 @@ fn stream_wait_event_orders_two_streams() {
 #[ignore = "needs a CUDA GPU"]
 fn pool_allocations_round_trip_through_the_staging_ring() {
     use fastlaunch_driver::memory::SLOT_BYTES;
-    use fastlaunch_driver::StagingRing;
+    use fastlaunch_driver::{MemoryPool, StagingRing};
 
     let driver = on_device_0();
     let stream = Stream::create(driver, false).unwrap();
-    let mut ring = StagingRing::new(driver);
+    let pool = MemoryPool::create(driver, 0).unwrap();
+    let ring = StagingRing::new(driver);
     for len in [1usize, 32 * 1024, SLOT_BYTES, 3 << 20] {
         let host: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
-        let device = driver.alloc_async(len, stream.handle()).unwrap();
-        // SAFETY: `device` holds `len` bytes until it is freed below, after the copies.
-        unsafe { ring.copy_to_device(device, &host, stream.handle()) }.unwrap();
+        let device = driver
+            .alloc_from_pool_async(pool, len, stream.handle())
+            .unwrap();
         let mut back = vec![0u8; len];
-        // SAFETY: as above.
-        unsafe { ring.copy_to_host(&mut back, device, stream.handle()) }.unwrap();
+        if StagingRing::stages(len) {
+            let mut slot = ring.claim().expect("a free slot");
+            slot.wait_free().unwrap();
+            // SAFETY: `device` holds `len` bytes until it is freed below, after the copies.
+            unsafe { slot.to_device(device, &host, stream.handle()) }.unwrap();
+            slot.wait_free().unwrap();
+            // SAFETY: as above.
+            unsafe { slot.start_to_host(device, len, stream.handle()) }.unwrap();
+            slot.finish_to_host(&mut back).unwrap();
+        } else {
+            // SAFETY: as above.
+            unsafe {
+                driver
+                    .copy_host_to_device_unstaged(device, &host, stream.handle())
+                    .unwrap();
+                driver
+                    .copy_device_to_host_unstaged(&mut back, device, stream.handle())
+                    .unwrap();
+            }
+        }
         assert_eq!(back, host, "{len} bytes");
         driver.free_async(device, stream.handle()).unwrap();
     }
     stream.synchronize().unwrap();
+    if let Some(pool) = pool {
+        pool.destroy(driver).unwrap();
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod staging;
 
 pub use pinned::PinnedBuffer;
 pub use pool::{MemoryPool, PoolUsage};
-pub use staging::{StagingRing, SLOTS, SLOT_BYTES};
+pub use staging::{Claim, StagingRing, SLOTS, SLOT_BYTES};
 
 use std::ffi::c_int;
 
@@ -89,7 +89,7 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        if self.ptr != 0 {
+        if self.ptr != 0 && !Driver::exiting() {
             // SAFETY: allocated by cuMemAlloc and freed once.
             let _ = unsafe { (self.driver.api.mem_free)(self.ptr) };
         }
@@ -166,7 +166,7 @@ impl Driver {
                     stream as sys::CUstream,
                 )
             },
-            "copying host memory to the device",
+            "copying host memory to the device (cuMemcpyHtoDAsync)",
         )
     }
 
@@ -190,7 +190,57 @@ impl Driver {
                     stream as sys::CUstream,
                 )
             },
-            "copying device memory to the host",
+            "copying device memory to the host (cuMemcpyDtoHAsync)",
+        )
+    }
+
+    /// Copies `host` to `device` without staging, as numba-cuda copies: on stream 0 (no stream
+    /// given) synchronously (`cuMemcpyHtoD`: from page-locked memory it returns once the copy
+    /// ran, from pageable memory once the driver took the bytes), on any other stream in its
+    /// order (`cuMemcpyHtoDAsync`: from page-locked memory it may return before the copy ran,
+    /// as numba-cuda's own does; the caller keeps the bytes until the stream gets there). May
+    /// wait for the GPU: call without the GIL.
+    ///
+    /// # Safety
+    /// `device` must be valid device memory of `host.len()` bytes until the copy has run.
+    pub unsafe fn copy_host_to_device_unstaged(
+        &self,
+        device: CUdeviceptr,
+        host: &[u8],
+        stream: usize,
+    ) -> Result<()> {
+        if stream != 0 {
+            // SAFETY: per the caller.
+            return unsafe { self.copy_host_to_device_async(device, host, stream) };
+        }
+        self.check(
+            // SAFETY: per the caller for `device`; `host` is readable for its length.
+            unsafe { (self.api.memcpy_htod)(device, host.as_ptr().cast(), host.len()) },
+            "copying host memory to the device (cuMemcpyHtoD)",
+        )
+    }
+
+    /// Copies `device` into `host` without staging, as numba-cuda copies: on stream 0
+    /// synchronously (`cuMemcpyDtoH`), on any other stream in its order (into pageable memory
+    /// it returns once the bytes are there; into page-locked memory it may return before, as
+    /// numba-cuda's does). May wait for the GPU: call without the GIL.
+    ///
+    /// # Safety
+    /// `device` must be valid device memory of `host.len()` bytes.
+    pub unsafe fn copy_device_to_host_unstaged(
+        &self,
+        host: &mut [u8],
+        device: CUdeviceptr,
+        stream: usize,
+    ) -> Result<()> {
+        if stream != 0 {
+            // SAFETY: per the caller.
+            return unsafe { self.copy_device_to_host_async(host, device, stream) };
+        }
+        self.check(
+            // SAFETY: per the caller for `device`; `host` is writable for its length.
+            unsafe { (self.api.memcpy_dtoh)(host.as_mut_ptr().cast(), device, host.len()) },
+            "copying device memory to the host (cuMemcpyDtoH)",
         )
     }
 
@@ -208,7 +258,7 @@ impl Driver {
         self.check(
             // SAFETY: per the caller.
             unsafe { (self.api.memcpy_dtod_async)(dst, src, len, stream as sys::CUstream) },
-            "copying device to device",
+            "copying device to device (cuMemcpyDtoDAsync)",
         )
     }
 
@@ -226,7 +276,7 @@ impl Driver {
         self.check(
             // SAFETY: per the caller.
             unsafe { (self.api.memset_d8_async)(pointer, value, len, stream as sys::CUstream) },
-            "setting device memory",
+            "setting device memory (cuMemsetD8Async)",
         )
     }
 

@@ -72,6 +72,9 @@ impl Driver {
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
+        if Driver::exiting() {
+            return;
+        }
         // SAFETY: allocated by cuMemHostAlloc and freed once.
         let _ = unsafe { (self.driver.api.mem_free_host)(self.pointer) };
     }

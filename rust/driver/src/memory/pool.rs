@@ -1,5 +1,7 @@
-//! The driver's stream-ordered memory pool: each device's current pool (`cuDeviceGetMemPool`,
-//! the default pool unless a program set another), from which `cuMemAllocAsync` allocates.
+//! The driver's stream-ordered memory pools: one of fastlaunch's own per context
+//! (`cuMemPoolCreate`, [`MemoryPool::create`]), so that its settings leave the device's current
+//! pool (which CuPy's and torch's stream-ordered allocators share) alone, or each device's
+//! current pool (`cuDeviceGetMemPool`) where the driver cannot make one.
 //! The pool caches freed memory and hands it out again only once the free's stream position
 //! is reached (or is known to be ordered before the new allocation), so a free ordered after
 //! every use of the memory (a wait on an event recorded after each use on another stream) is
@@ -32,6 +34,44 @@ pub struct PoolUsage {
     pub reserved: u64,
 }
 
+impl MemoryPool {
+    /// A new pool of device memory on device `ordinal`; `None` where the driver lacks
+    /// `cuMemPoolCreate`. Destroy it with [`MemoryPool::destroy`].
+    pub fn create(driver: &Driver, ordinal: usize) -> Result<Option<MemoryPool>> {
+        let Some(create) = driver.api.mem_pool_create else {
+            return Ok(None);
+        };
+        let properties = sys::CUmemPoolProps {
+            alloc_type: sys::CU_MEM_ALLOCATION_TYPE_PINNED,
+            handle_types: 0,
+            location_type: sys::CU_MEM_LOCATION_TYPE_DEVICE,
+            location_id: ordinal as std::ffi::c_int,
+            win32_security_attributes: ptr::null_mut(),
+            reserved: [0; 64],
+        };
+        let mut handle: CUmemoryPool = ptr::null_mut();
+        driver.check(
+            // SAFETY: valid out-pointer and properties, zeroed where unset.
+            unsafe { create(&mut handle, &properties) },
+            "creating a memory pool (cuMemPoolCreate)",
+        )?;
+        Ok(Some(MemoryPool { handle }))
+    }
+
+    /// Destroys a pool from [`MemoryPool::create`]; memory still allocated from it is released
+    /// once it is freed (the driver's rule).
+    pub fn destroy(self, driver: &Driver) -> Result<()> {
+        let Some(destroy) = driver.api.mem_pool_destroy else {
+            return Ok(());
+        };
+        driver.check(
+            // SAFETY: a pool made by `create`, destroyed once (this consumes it).
+            unsafe { destroy(self.handle) },
+            "destroying a memory pool (cuMemPoolDestroy)",
+        )
+    }
+}
+
 impl Driver {
     /// The current memory pool of device `ordinal`.
     pub fn memory_pool(&self, ordinal: usize) -> Result<MemoryPool> {
@@ -58,6 +98,56 @@ impl Driver {
             "allocating from the memory pool (cuMemAllocAsync)",
         )?;
         Ok(pointer)
+    }
+
+    /// `len` bytes from `pool` (the current device's pool when `None`), ordered on `stream`;
+    /// a null pointer for 0 bytes.
+    pub fn alloc_from_pool_async(
+        &self,
+        pool: Option<MemoryPool>,
+        len: usize,
+        stream: usize,
+    ) -> Result<CUdeviceptr> {
+        let (Some(pool), Some(alloc)) = (pool, self.api.mem_alloc_from_pool_async) else {
+            return self.alloc_async(len, stream);
+        };
+        if len == 0 {
+            return Ok(0);
+        }
+        let mut pointer: CUdeviceptr = 0;
+        self.check(
+            // SAFETY: valid out-pointer and pool; the stream handle is the caller's.
+            unsafe { alloc(&mut pointer, len, pool.handle, stream as sys::CUstream) },
+            "allocating from the memory pool (cuMemAllocFromPoolAsync)",
+        )?;
+        Ok(pointer)
+    }
+
+    /// `len` bytes of ordinary device memory (`cuMemAlloc`, numba-cuda's own allocation),
+    /// freed with [`Driver::free_now`]; a null pointer for 0 bytes.
+    pub fn alloc_now(&self, len: usize) -> Result<CUdeviceptr> {
+        let mut pointer: CUdeviceptr = 0;
+        if len > 0 {
+            self.check(
+                // SAFETY: valid out-pointer.
+                unsafe { (self.api.mem_alloc)(&mut pointer, len) },
+                "allocating device memory (cuMemAlloc)",
+            )?;
+        }
+        Ok(pointer)
+    }
+
+    /// Frees memory from [`Driver::alloc_now`] (`cuMemFree`, which may wait for the GPU: call
+    /// without the GIL).
+    pub fn free_now(&self, pointer: CUdeviceptr) -> Result<()> {
+        if pointer == 0 {
+            return Ok(());
+        }
+        self.check(
+            // SAFETY: an allocation of `alloc_now`, freed once.
+            unsafe { (self.api.mem_free)(pointer) },
+            "freeing device memory (cuMemFree)",
+        )
     }
 
     /// Frees `pointer` (from [`Driver::alloc_async`]) in `stream`'s order: after the work
@@ -91,7 +181,7 @@ impl MemoryPool {
                     (&mut value as *mut u64).cast::<c_void>(),
                 )
             },
-            "setting the memory pool's release threshold",
+            "setting the memory pool's release threshold (cuMemPoolSetAttribute)",
         )
     }
 
@@ -107,7 +197,7 @@ impl MemoryPool {
         driver.check(
             // SAFETY: a valid pool handle.
             unsafe { (driver.api.mem_pool_trim_to)(self.handle, keep) },
-            "trimming the memory pool",
+            "trimming the memory pool (cuMemPoolTrimTo)",
         )
     }
 
@@ -122,7 +212,7 @@ impl MemoryPool {
                     (&mut value as *mut u64).cast::<c_void>(),
                 )
             },
-            "reading a memory pool attribute",
+            "reading a memory pool attribute (cuMemPoolGetAttribute)",
         )?;
         Ok(value)
     }

@@ -2,17 +2,20 @@
 //! slots. A copy to the device returns once the host bytes are in a slot (the DMA from the
 //! slot runs on, in the stream's order, and everything later on that stream sees it); a copy
 //! back lands in a slot and is moved out once the slot's event says it is there. Each slot
-//! is guarded by an event recorded after the copy that uses it, and is waited for only when
-//! the ring comes round to it while that copy still runs.
+//! is guarded by an event recorded after the copy that uses it.
 //!
-//! Copies larger than a slot go straight from and to pageable memory: the driver stages
-//! those itself, and returns from `cuMemcpyHtoDAsync` once it has taken the host bytes and
-//! from `cuMemcpyDtoHAsync` once the bytes have arrived (CUDA's "API synchronization
-//! behavior" for pageable memory), which is what each caller needs.
+//! A copy first *claims* a slot ([`StagingRing::claim`]): the claim is exclusive, taken with
+//! `try_lock` only, so no thread ever waits for a lock here, and it is held across the copy's
+//! steps without any lock. Waiting for a slot's previous copy ([`Claim::wait_free`]) and for
+//! a copy back ([`Claim::finish_to_host`]) are separate steps, so that the caller can let
+//! go of what it holds (Python's GIL) around them. When no slot can be claimed (all are in
+//! use by other threads, or pinned memory ran out), the caller copies without staging.
 //!
 //! A ring belongs to one context (its events do); its slots are portable pinned memory.
 
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use super::pinned::PinnedBuffer;
 use crate::error::Result;
@@ -25,37 +28,41 @@ pub const SLOT_BYTES: usize = 1 << 20;
 /// Slots in a ring: enough for the copies of one call to be in flight at once.
 pub const SLOTS: usize = 4;
 
-struct Slot {
+/// A slot's pinned memory and the event recorded after the last copy through it.
+struct SlotMemory {
     buffer: PinnedBuffer,
-    /// Recorded after the last copy that used the slot.
     event: Event,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// Made on the slot's first claim.
+    memory: Option<SlotMemory>,
+    /// A copy holds the slot.
+    claimed: bool,
+    /// The event was recorded after a copy that may still run.
     recorded: bool,
 }
 
-impl Slot {
-    /// Waits until the last copy through this slot is done (a query first: it usually is).
-    fn wait_free(&mut self) -> Result<()> {
-        if self.recorded && !self.event.query()? {
-            self.event.synchronize()?;
-        }
-        self.recorded = false;
-        Ok(())
-    }
-}
-
-/// A context's staging slots, made on first use.
+/// A context's staging slots, each made on first use.
 pub struct StagingRing {
     driver: &'static Driver,
-    slots: Vec<Slot>,
-    next: usize,
+    slots: [Mutex<SlotState>; SLOTS],
+    next: AtomicUsize,
 }
+
+// SAFETY: a slot's memory is touched only by the one holder of its claim (`Claim`), and its
+// state only under its mutex; the pinned memory is plain host memory usable from any thread.
+unsafe impl Sync for StagingRing {}
+// SAFETY: as above.
+unsafe impl Send for StagingRing {}
 
 impl StagingRing {
     pub fn new(driver: &'static Driver) -> StagingRing {
         StagingRing {
             driver,
-            slots: Vec::new(),
-            next: 0,
+            slots: Default::default(),
+            next: AtomicUsize::new(0),
         }
     }
 
@@ -64,113 +71,156 @@ impl StagingRing {
         len <= SLOT_BYTES
     }
 
-    /// The next slot, free to be written; made when the ring is not full yet.
-    fn take_slot(&mut self) -> Result<&mut Slot> {
-        let index = self.next;
-        self.next = slot_after(index);
-        if index == self.slots.len() {
-            self.slots.push(Slot {
-                buffer: PinnedBuffer::alloc(self.driver, SLOT_BYTES)?,
-                event: Event::create(self.driver, false)?,
-                recorded: false,
-            });
-        }
-        let slot = &mut self.slots[index];
-        slot.wait_free()?;
-        Ok(slot)
+    /// A slot for one copy, the one used longest ago first (the likeliest to be done), made
+    /// if it does not exist yet; `None` when every slot is held by another copy or none could
+    /// be made (then the caller copies without staging). Never waits.
+    pub fn claim(&self) -> Option<Claim<'_>> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..SLOTS).find_map(|offset| self.try_claim((start + offset) % SLOTS))
     }
 
-    /// Copies `host` to `device` on `stream`; returns once the host bytes are taken.
+    fn try_claim(&self, index: usize) -> Option<Claim<'_>> {
+        let mut state = self.slots[index].try_lock().ok()?;
+        if state.claimed {
+            return None;
+        }
+        if state.memory.is_none() {
+            // a failed allocation leaves the slot as it was: unmade, to be tried again later
+            state.memory = Some(SlotMemory {
+                buffer: PinnedBuffer::alloc(self.driver, SLOT_BYTES).ok()?,
+                event: Event::create(self.driver, false).ok()?,
+            });
+        }
+        let memory = state.memory.as_ref()?;
+        let claim = Claim {
+            ring: self,
+            index,
+            buffer: memory.buffer.as_ptr() as usize,
+            event: memory.event.handle(),
+            recorded: state.recorded,
+        };
+        state.claimed = true;
+        Some(claim)
+    }
+}
+
+/// One copy's hold on a slot; given back on drop.
+pub struct Claim<'r> {
+    ring: &'r StagingRing,
+    index: usize,
+    /// The slot's pinned memory (`SLOT_BYTES`), as an address: the claim may cross threads.
+    buffer: usize,
+    event: usize,
+    recorded: bool,
+}
+
+impl Claim<'_> {
+    /// Whether the slot's previous copy is done (a query: never waits). An event the driver
+    /// refuses to answer for is not asked again: the error is returned once.
+    pub fn is_free(&mut self) -> Result<bool> {
+        if !self.recorded {
+            return Ok(true);
+        }
+        let done = self.ring.driver.event_query(self.event);
+        if !matches!(done, Ok(false)) {
+            self.recorded = false;
+        }
+        done
+    }
+
+    /// Waits until the slot's previous copy is done: call without the GIL.
+    pub fn wait_free(&mut self) -> Result<()> {
+        if self.recorded {
+            self.recorded = false;
+            self.ring.driver.event_synchronize(self.event)?;
+        }
+        Ok(())
+    }
+
+    /// Copies `host` into the slot and from there to `device` on `stream`; returns once the
+    /// host bytes are taken. The slot must be free ([`Claim::is_free`], [`Claim::wait_free`]),
+    /// `host` at most [`SLOT_BYTES`], and `stream` not being captured (a graph would replay
+    /// the slot's later contents).
     ///
     /// # Safety
     /// `device` must be writable for `host.len()` bytes until the copy has run.
-    pub unsafe fn copy_to_device(
+    pub unsafe fn to_device(
         &mut self,
         device: CUdeviceptr,
         host: &[u8],
         stream: usize,
     ) -> Result<()> {
-        let (driver, len) = (self.driver, host.len());
-        if len == 0 {
-            return Ok(());
-        }
-        if !Self::stages(len) {
-            // SAFETY: per the caller; from pageable memory the driver has taken the bytes
-            // when this returns.
-            return unsafe { driver.copy_host_to_device_async(device, host, stream) };
-        }
-        let slot = self.take_slot()?;
-        // SAFETY: the slot holds SLOT_BYTES >= len bytes, no copy uses it now (`take_slot`
-        // waited), and it does not overlap `host`.
+        let len = host.len();
+        assert!(
+            len <= SLOT_BYTES && !self.recorded,
+            "a staging slot used out of turn"
+        );
+        // SAFETY: the slot holds SLOT_BYTES >= len bytes, this claim is its only user and its
+        // last copy is done, and it does not overlap `host`.
         let staged = unsafe {
-            ptr::copy_nonoverlapping(host.as_ptr(), slot.buffer.as_ptr(), len);
-            std::slice::from_raw_parts(slot.buffer.as_ptr().cast_const(), len)
+            ptr::copy_nonoverlapping(host.as_ptr(), self.buffer as *mut u8, len);
+            std::slice::from_raw_parts(self.buffer as *const u8, len)
         };
+        let driver = self.ring.driver;
         // SAFETY: per the caller for `device`; the slot stays untouched until its event says
         // this copy has run.
         unsafe { driver.copy_host_to_device_async(device, staged, stream) }?;
-        slot.event.record(stream)?;
-        slot.recorded = true;
+        driver.record_event(self.event, stream)?;
+        self.recorded = true;
         Ok(())
     }
 
-    /// Copies `device` to `host` after the work already enqueued on `stream`; returns once
-    /// the bytes are in `host`.
+    /// Enqueues the copy of `len` bytes from `device` into the slot after the work on
+    /// `stream`; [`Claim::finish_to_host`] moves them out. Same conditions as `to_device`.
     ///
     /// # Safety
-    /// `device` must be readable for `host.len()` bytes.
-    pub unsafe fn copy_to_host(
+    /// `device` must be readable for `len` bytes.
+    pub unsafe fn start_to_host(
         &mut self,
-        host: &mut [u8],
         device: CUdeviceptr,
+        len: usize,
         stream: usize,
     ) -> Result<()> {
-        let (driver, len) = (self.driver, host.len());
-        if len == 0 {
-            return Ok(());
-        }
-        if !Self::stages(len) {
-            // SAFETY: per the caller; into pageable memory the copy has completed when this
-            // returns.
-            return unsafe { driver.copy_device_to_host_async(host, device, stream) };
-        }
-        let slot = self.take_slot()?;
-        // SAFETY: the slot holds SLOT_BYTES >= len bytes and no other copy uses it
-        // (`take_slot` waited).
-        let landing = unsafe { std::slice::from_raw_parts_mut(slot.buffer.as_ptr(), len) };
+        assert!(
+            len <= SLOT_BYTES && !self.recorded,
+            "a staging slot used out of turn"
+        );
+        // SAFETY: the slot holds SLOT_BYTES >= len bytes and this claim is its only user.
+        let landing = unsafe { std::slice::from_raw_parts_mut(self.buffer as *mut u8, len) };
+        let driver = self.ring.driver;
         // SAFETY: per the caller for `device`.
         unsafe { driver.copy_device_to_host_async(landing, device, stream) }?;
-        slot.event.record(stream)?;
-        slot.event.synchronize()?;
-        // SAFETY: the copy into the slot has completed; `host` is writable for `len` bytes
-        // and does not overlap the slot.
-        unsafe { ptr::copy_nonoverlapping(slot.buffer.as_ptr(), host.as_mut_ptr(), len) };
+        driver.record_event(self.event, stream)?;
+        self.recorded = true;
+        Ok(())
+    }
+
+    /// Waits for the copy [`Claim::start_to_host`] enqueued (call without the GIL), then
+    /// moves its bytes into `host`.
+    pub fn finish_to_host(&mut self, host: &mut [u8]) -> Result<()> {
+        self.wait_free()?;
+        // SAFETY: the copy into the slot has completed; `host` is writable for its length,
+        // at most the slot's, and does not overlap the slot.
+        unsafe {
+            ptr::copy_nonoverlapping(self.buffer as *const u8, host.as_mut_ptr(), host.len())
+        };
         Ok(())
     }
 }
 
-/// The slot used after slot `index`: the ring goes round, so the slot a copy reuses is the
-/// one used longest ago, the likeliest to be done.
-fn slot_after(index: usize) -> usize {
-    (index + 1) % SLOTS
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        let mut state = self.ring.slots[self.index]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        state.claimed = false;
+        state.recorded = self.recorded;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_ring_uses_every_slot_before_reusing_one() {
-        let mut index = 0;
-        let mut order = Vec::new();
-        for _ in 0..2 * SLOTS {
-            order.push(index);
-            index = slot_after(index);
-        }
-        let once: Vec<usize> = (0..SLOTS).collect();
-        assert_eq!(order[..SLOTS], once[..]);
-        assert_eq!(order[SLOTS..], once[..]);
-    }
 
     #[test]
     fn copies_up_to_a_slot_are_staged_and_larger_ones_are_not() {
