@@ -56,6 +56,9 @@ __all__ = [
     "pack",
     "pointer_device",
     "context_key",
+    "forget_context",
+    "at_exit",
+    "settle_legacy_work",
     "mem_alloc",
     "mem_free",
     "copy_to_device",
@@ -333,14 +336,26 @@ def memory_info() -> tuple[int, int]: ...
 def loaded_image_count() -> int: ...
 def pointer_device(pointer: int) -> int | None: ...
 
-# numba-cuda's memory API on the Rust core (rust/ext/src/memory/): the driver's stream-ordered
+# numba-cuda's memory API on the Rust core (rust/ext/src/memory/): fastlaunch's stream-ordered
 # pool, staged copies, pinned memory. Each works in the thread's current context.
 def mem_alloc(nbytes: int, stream: int = 0) -> int:
-    """``nbytes`` from the current device's stream-ordered pool, ordered on ``stream`` (0: the
-    legacy default stream); a null pointer for 0 bytes."""
+    """``nbytes`` from the current context's stream-ordered pool, ordered on ``stream`` (0: the
+    legacy default stream); a null pointer for 0 bytes. While a stream capture refuses the
+    pool's calls, ordinary device memory (``cuMemAlloc``)."""
 
 def context_key() -> int:
     """The current context's unique id (device 0's primary context made current if none is)."""
+
+def forget_context(key: int) -> None:
+    """Releases what the memory API keeps for the context whose key is ``key`` (its staging
+    ring, events and pool): numba-cuda is resetting it."""
+
+def at_exit() -> None:
+    """The interpreter is exiting: nothing dropped from now on is given back to the driver."""
+
+def settle_legacy_work() -> None:
+    """Waits, without the GIL, until the copies and allocations enqueued on the legacy stream
+    by the memory API have run (returns at once when none is pending)."""
 
 def mem_free(pointer: int, stream: int = 0, context: int | None = None) -> None:
     """Frees ``pointer`` on ``stream``, after all work already enqueued there and the work on
@@ -359,7 +374,7 @@ def memset(pointer: int, value: int, nbytes: int, stream: int = 0) -> None: ...
 def pool_release_threshold(device: int) -> int: ...
 def set_pool_release_threshold(device: int, nbytes: int) -> None: ...
 def pool_usage(device: int) -> tuple[int, int]:
-    """``(used, reserved)`` bytes of the device's current pool."""
+    """``(used, reserved)`` bytes of fastlaunch's pool on the device."""
 
 def pool_trim(device: int, keep_bytes: int = 0) -> None: ...
 def pinned_alloc(nbytes: int) -> int: ...

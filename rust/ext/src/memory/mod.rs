@@ -1,68 +1,45 @@
 //! numba-cuda's memory API on the Rust core, the Python face of `fastlaunch_driver`'s memory
-//! layer: allocations from the driver's stream-ordered pool and their stream-ordered frees
-//! (`pool.rs`), copies between host buffers and the device through pinned staging
+//! layer: allocations from a stream-ordered pool of fastlaunch's own and their stream-ordered
+//! frees (`pool.rs`), copies between host buffers and the device through pinned staging
 //! (`transfers.rs`), pinned host memory (`pinned.rs`), streams and events by raw handle
 //! (`handles.rs`). `python/fastlaunch/memory/` builds numba-cuda's objects over these.
 //!
 //! Every call works in the thread's current context (device 0's primary context when none
-//! is current, as launches do). What a context needs for it, its staging ring and the events
-//! that order its work with non-blocking streams, is made on first use and kept per context
-//! ([`with_context_memory`]), by the context's unique id; the lock around it is held for a copy's enqueueing (and, for a
-//! staged copy back, until its bytes are in), never while Python code runs.
+//! is current, as launches do). What a context needs for it ([`ContextMemory`]) is made on
+//! first use and kept per context, by the context's unique id, until the context is reset
+//! ([`forget_context`]). A thread finds its context's state through a thread-local weak
+//! reference, so the process-wide registry is locked only on a thread's first call in a
+//! context. No lock here is ever held across a wait for the GPU, and no wait for the GPU is
+//! made with the GIL held.
 
 mod buffer;
+mod context_memory;
 mod handles;
 mod ordering;
 mod pinned;
 mod pool;
 mod transfers;
 
-use std::sync::Mutex;
-
-use fastlaunch_driver::{self as driver, Context, LaunchContext, StagingRing};
+use fastlaunch_driver::{self as driver, LaunchContext};
 
 use crate::devices::driver;
 use crate::errors::{Error, Result};
 
+pub(crate) use context_memory::{at_exit, context_memory, forget_context};
 pub(crate) use handles::{
     context_synchronize, event_create, event_destroy, event_elapsed_ms, event_query, event_record,
     event_synchronize, stream_create, stream_destroy, stream_query, stream_synchronize,
     stream_wait_event,
 };
-pub(crate) use ordering::{after_launch, before_launch, in_use};
+pub(crate) use ordering::{after_launch, before_launch, in_use, settle_legacy_work};
 pub(crate) use pinned::{pinned_alloc, pinned_free};
 pub(crate) use pool::{
     context_key, mem_alloc, mem_free, pool_release_threshold, pool_trim, pool_usage,
     set_pool_release_threshold,
 };
-pub(crate) use transfers::{copy_device, copy_to_device, copy_to_host, memset};
-
-/// What the memory API keeps for one context.
-pub(crate) struct ContextMemory {
-    /// `LaunchContext::key`: the context's unique id.
-    key: u64,
-    /// Its handle, to make it current for a free from another context's thread.
-    context: Context,
-    pub(crate) ring: StagingRing,
-    /// What launches on non-blocking streams wait for (`ordering.rs`).
-    pub(crate) legacy_copies: ordering::LegacyCopies,
-    /// The non-blocking streams worked on, each with its event (`ordering.rs`).
-    pub(crate) followed: Vec<ordering::FollowedStream>,
-}
-
-static CONTEXTS: Mutex<Vec<ContextMemory>> = Mutex::new(Vec::new());
-
-/// The live context whose key is `key`, if this process used it here and it was not
-/// destroyed since (a reset context may come back under the same handle, never the same id).
-fn live_context(driver: &driver::Driver, key: u64) -> Option<Context> {
-    let contexts = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
-    let memory = contexts.iter().find(|c| c.key == key)?;
-    let alive = match driver.context_id(memory.context) {
-        Some(id) => id == key,
-        None => memory.context.address() as u64 == key,
-    };
-    alive.then_some(memory.context)
-}
+pub(crate) use transfers::{
+    copy_device, copy_to_device, copy_to_host, fetch_to_host, memset, stage_to_device,
+};
 
 /// `nbytes` as a byte count: a negative one is refused, naming the argument.
 fn byte_count(nbytes: i64) -> Result<usize> {
@@ -76,28 +53,4 @@ fn current() -> Result<(&'static driver::Driver, LaunchContext)> {
     ordering::note_in_use();
     let context = driver.launch_context()?;
     Ok((driver, context))
-}
-
-/// Runs `work` with the memory state of `context` (made on first use).
-pub(crate) fn with_context_memory<T>(
-    driver: &'static driver::Driver,
-    context: &LaunchContext,
-    work: impl FnOnce(&mut ContextMemory) -> driver::Result<T>,
-) -> driver::Result<T> {
-    let mut contexts = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
-    let key = context.key();
-    let index = match contexts.iter().position(|c| c.key == key) {
-        Some(index) => index,
-        None => {
-            contexts.push(ContextMemory {
-                key,
-                context: context.context,
-                ring: StagingRing::new(driver),
-                legacy_copies: ordering::LegacyCopies::new(driver)?,
-                followed: Vec::new(),
-            });
-            contexts.len() - 1
-        }
-    };
-    work(&mut contexts[index])
 }

@@ -2,17 +2,23 @@
 //! does not order with (everything else, blocking and per-thread default streams, orders with
 //! it), on the GPU, never by blocking the host:
 //!
-//! - a copy to the device on the legacy stream (`to_device` with no stream, which numba-cuda
-//!   makes synchronously and fastlaunch only enqueues) must be seen by a launch or a copy on a
-//!   non-blocking stream: that stream waits, once per new copy, for the context's `copied`
-//!   event, recorded on the legacy stream then (so after every copy enqueued there so far),
-//!   not after each copy;
+//! - *legacy work* must be seen by a launch or a copy on a non-blocking stream: copies to the
+//!   device on the legacy stream (`to_device` with no stream, which numba-cuda makes
+//!   synchronously and fastlaunch only enqueues), and every allocation from the pool on any
+//!   stream (the pool may hand back memory freed on the legacy stream whose earlier users
+//!   still run, and orders the new allocation after them only on its own stream). The stream
+//!   waits, once per new piece of legacy work, for the context's `copied` event, recorded on
+//!   the legacy stream then (so after everything enqueued there so far), not after each piece;
+//! - other libraries reading an array through `__cuda_array_interface__` (which numba-cuda
+//!   exports with no stream for arrays bound to none) are ordered by a wait on the host, made
+//!   only while legacy work is pending ([`settle_legacy_work`]);
 //! - a free (on the legacy stream) must not let the pool hand the memory out again while work
 //!   on a non-blocking stream may still use it: after each launch, allocation and copy on a
 //!   non-blocking stream an event of the context's, one per stream, is recorded there, and the
 //!   next free waits for each event recorded since the last free. Stream handles are never
 //!   kept past that: a stream may be destroyed (and its handle reused) at any time, an event
-//!   recorded on it stays valid.
+//!   recorded on it stays valid. So a free makes the legacy stream, and every blocking stream
+//!   after it, wait for that work: the cost other libraries' default streams pay.
 //!
 //! A launch pays one relaxed atomic load until the memory API is used; after that, a launch
 //! on a stream other than the default ones also asks whether it is being captured and its
@@ -22,19 +28,23 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use fastlaunch_driver::{
-    self as driver, is_default_stream, is_legacy_stream, Event, LaunchContext, LEGACY_STREAM,
+    self as driver, is_default_stream, is_legacy_stream, Capture, Event, LaunchContext,
+    LEGACY_STREAM,
 };
+use pyo3::prelude::*;
 
-use super::{with_context_memory, ContextMemory};
+use super::context_memory::{all_context_memory, context_memory, ContextMemory};
 use crate::errors::Result;
 
 /// Set once the memory API allocated or copied: before that, no launch has its memory.
 static IN_USE: AtomicBool = AtomicBool::new(false);
-/// How many copies to the device were enqueued on the legacy stream.
-static LEGACY_COPIES: AtomicU64 = AtomicU64::new(0);
+/// How many pieces of legacy work were counted, in every context.
+static LEGACY_WORK: AtomicU64 = AtomicU64::new(0);
+/// `LEGACY_WORK` as it was when [`settle_legacy_work`] last saw all of it done.
+static SETTLED_WORK: AtomicU64 = AtomicU64::new(0);
 
-/// Streams this thread made wait for the legacy copies: `(context key, stream,
-/// LEGACY_COPIES seen)`, the most recent first. A stream not here waits (again): never wrong.
+/// Streams this thread made wait for the legacy work: `(context key, stream, LEGACY_WORK
+/// seen)`, the most recent first. A stream not here waits (again): never wrong.
 const WAITERS: usize = 8;
 thread_local! {
     static SEEN: Cell<[(u64, usize, u64); WAITERS]> = const { Cell::new([(0, 0, 0); WAITERS]) };
@@ -46,25 +56,38 @@ const FOLLOWED_STREAMS: usize = 16;
 
 /// A non-blocking stream worked on: `event` recorded after its last piece of work,
 /// `pending` while no free has waited for that record yet.
-pub(crate) struct FollowedStream {
+struct FollowedStream {
     stream: usize,
     event: Event,
     pending: bool,
 }
 
-/// The context's `copied` event, and how many legacy copies had been counted when it was
-/// last recorded.
-pub(crate) struct LegacyCopies {
-    event: Event,
+/// A context's events: `copied`, recorded on the legacy stream when `LEGACY_WORK` stood at
+/// `recorded_at`, and one per followed non-blocking stream.
+pub(crate) struct StreamOrdering {
+    copied: Event,
     recorded_at: u64,
+    followed: Vec<FollowedStream>,
 }
 
-impl LegacyCopies {
-    pub(crate) fn new(driver: &'static driver::Driver) -> driver::Result<LegacyCopies> {
-        Ok(LegacyCopies {
-            event: Event::create(driver, false)?,
+impl StreamOrdering {
+    pub(crate) fn new(driver: &'static driver::Driver) -> driver::Result<StreamOrdering> {
+        Ok(StreamOrdering {
+            copied: Event::create(driver, false)?,
             recorded_at: 0,
+            followed: Vec::new(),
         })
+    }
+
+    /// The `copied` event, recorded on the legacy stream after all legacy work counted so
+    /// far (again only if more was counted since its last record).
+    fn copied_after(&mut self, work: u64) -> driver::Result<usize> {
+        if self.recorded_at != work {
+            // after every piece counted so far: each was enqueued before it was counted
+            self.copied.record(LEGACY_STREAM)?;
+            self.recorded_at = work;
+        }
+        Ok(self.copied.handle())
     }
 }
 
@@ -111,8 +134,8 @@ fn non_blocking(driver: &driver::Driver, stream: usize) -> Result<bool> {
 
 /// Before a launch (or a graph's replay) on `stream`, which may use the memory API's
 /// arrays: when it is a non-blocking stream not being captured, makes it wait for the
-/// copies to the device on the legacy stream it has not waited for, and returns true: call
-/// [`after_launch`] once the launch is submitted.
+/// legacy work it has not waited for, and returns true: call [`after_launch`] once the
+/// launch is submitted.
 #[inline]
 pub(crate) fn before_launch(
     driver: &'static driver::Driver,
@@ -125,7 +148,7 @@ pub(crate) fn before_launch(
     if driver.stream_is_capturing(stream)? || !non_blocking(driver, stream)? {
         return Ok(false); // a capture records its own dependencies, and cannot wait on ours
     }
-    wait_for_legacy_copies(driver, context, stream)?;
+    wait_for_legacy_work(driver, context, stream)?;
     Ok(true)
 }
 
@@ -136,17 +159,19 @@ pub(crate) fn after_launch(
     context: &LaunchContext,
     stream: usize,
 ) -> Result<()> {
-    with_context_memory(driver, context, |memory| follow(driver, memory, stream))?;
+    let memory = context_memory(driver, context)?;
+    follow(driver, &memory, stream)?;
     Ok(())
 }
 
 /// Records `stream`'s event (made on first use) after the work enqueued there so far.
 fn follow(
     driver: &'static driver::Driver,
-    memory: &mut ContextMemory,
+    memory: &ContextMemory,
     stream: usize,
 ) -> driver::Result<()> {
-    let followed = &mut memory.followed;
+    let mut ordering = memory.ordering();
+    let followed = &mut ordering.followed;
     let index = match followed.iter().position(|f| f.stream == stream) {
         Some(index) => index,
         None => {
@@ -175,10 +200,11 @@ fn follow(
 /// work needs no second wait: later frees there come after this one.
 pub(crate) fn order_free(
     driver: &driver::Driver,
-    memory: &mut ContextMemory,
+    memory: &ContextMemory,
     stream: usize,
 ) -> driver::Result<()> {
-    for followed in memory.followed.iter_mut().filter(|f| f.pending) {
+    let mut ordering = memory.ordering();
+    for followed in ordering.followed.iter_mut().filter(|f| f.pending) {
         driver.stream_wait_event(stream, followed.event.handle())?;
         followed.pending = !is_legacy_stream(stream);
     }
@@ -187,8 +213,8 @@ pub(crate) fn order_free(
 
 /// Before a copy on `stream`: whether it is being captured (asked of every stream: the
 /// per-thread default stream can be captured), and whether it is a non-blocking stream,
-/// which then waits for the copies to the device on the legacy stream it has not waited for.
-/// Call [`after_stream_work`] once the copy is enqueued.
+/// which then waits for the legacy work it has not waited for. Call [`after_copy`] once the
+/// copy is enqueued.
 pub(crate) fn before_copy(
     driver: &'static driver::Driver,
     context: &LaunchContext,
@@ -196,64 +222,81 @@ pub(crate) fn before_copy(
 ) -> Result<StreamWork> {
     let work = StreamWork::on(driver, stream, driver.stream_is_capturing(stream)?)?;
     if work.non_blocking {
-        wait_for_legacy_copies(driver, context, stream)?;
+        wait_for_legacy_work(driver, context, stream)?;
     }
     Ok(work)
 }
 
-/// Before an allocation on `stream`: on a non-blocking stream not being captured, the
-/// allocation is to be followed ([`after_stream_work`]), for the free on the legacy stream
-/// to come after it. The default streams are not asked anything.
+/// Before an allocation from the pool on `stream`, whose capture state the caller asked
+/// (`Capture::None`: the pool allocates).
 pub(crate) fn before_alloc(driver: &'static driver::Driver, stream: usize) -> Result<StreamWork> {
-    let capturing = !is_default_stream(stream) && driver.stream_is_capturing(stream)?;
-    StreamWork::on(driver, stream, capturing)
+    StreamWork::on(driver, stream, false)
 }
 
-/// After a copy ([`before_copy`]) or an allocation ([`before_alloc`]) is enqueued: a write
-/// to the device on the legacy stream is counted (for non-blocking streams to wait for),
-/// work on a non-blocking stream is followed (for frees to wait for).
-pub(crate) fn after_stream_work(
+/// After a copy ([`before_copy`]) is enqueued: a write to the device on the legacy stream is
+/// counted as legacy work, work on a non-blocking stream is followed (for frees to wait for).
+pub(crate) fn after_copy(
     driver: &'static driver::Driver,
-    context: &LaunchContext,
+    memory: &ContextMemory,
     work: StreamWork,
-    writes_device: bool,
 ) -> driver::Result<()> {
     if work.non_blocking {
-        with_context_memory(driver, context, |memory| {
-            follow(driver, memory, work.stream)
-        })?;
-    } else if writes_device && !work.capturing && is_legacy_stream(work.stream) {
-        LEGACY_COPIES.fetch_add(1, Ordering::Release);
+        follow(driver, memory, work.stream)?;
+    } else if !work.capturing && is_legacy_stream(work.stream) {
+        count_legacy_work(memory);
     }
     Ok(())
 }
 
-fn wait_for_legacy_copies(
+/// After an allocation from the pool ([`before_alloc`]): counted as legacy work whatever its
+/// stream (its memory's earlier users ran up to the free, on the legacy stream), and
+/// followed on a non-blocking stream.
+pub(crate) fn after_alloc(
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    work: StreamWork,
+) -> driver::Result<()> {
+    if work.non_blocking {
+        follow(driver, memory, work.stream)?;
+    }
+    count_legacy_work(memory);
+    Ok(())
+}
+
+fn count_legacy_work(memory: &ContextMemory) {
+    memory.legacy_work.fetch_add(1, Ordering::Release);
+    LEGACY_WORK.fetch_add(1, Ordering::Release);
+}
+
+fn wait_for_legacy_work(
     driver: &'static driver::Driver,
     context: &LaunchContext,
     stream: usize,
 ) -> Result<()> {
-    let copies = LEGACY_COPIES.load(Ordering::Acquire);
-    if copies == 0 {
+    let work = LEGACY_WORK.load(Ordering::Acquire);
+    if work == 0 {
         return Ok(());
     }
     let key = context.key();
     let seen = SEEN.with(Cell::get);
     let this = |&(k, s, _): &(u64, usize, u64)| k == key && s == stream;
-    if seen.iter().any(|entry| this(entry) && entry.2 == copies) {
+    if seen.iter().any(|entry| this(entry) && entry.2 == work) {
         return Ok(());
     }
-    with_context_memory(driver, context, |memory| {
-        let copied = &mut memory.legacy_copies;
-        if copied.recorded_at != copies {
-            // after every copy counted so far: each was enqueued before it was counted
-            copied.event.record(LEGACY_STREAM)?;
-            copied.recorded_at = copies;
+    let memory = context_memory(driver, context)?;
+    {
+        let mut ordering = memory.ordering();
+        if ordering.recorded_at != work && driver.capture_state(LEGACY_STREAM)? == Capture::Implicit
+        {
+            // a blocking stream is being captured: the legacy stream cannot be recorded on
+            // (the capture would fail); numba-cuda's own copies there fail the same way
+            return Err(implicit_capture_error(driver));
         }
-        driver.stream_wait_event(stream, copied.event.handle())
-    })?;
+        let copied = ordering.copied_after(work)?;
+        driver.stream_wait_event(stream, copied)?;
+    }
     let mut updated = [(0, 0, 0); WAITERS];
-    updated[0] = (key, stream, copies);
+    updated[0] = (key, stream, work);
     for (slot, entry) in updated[1..]
         .iter_mut()
         .zip(seen.iter().filter(|entry| !this(entry)))
@@ -261,5 +304,53 @@ fn wait_for_legacy_copies(
         *slot = *entry;
     }
     SEEN.with(|cell| cell.set(updated));
+    Ok(())
+}
+
+fn implicit_capture_error(driver: &driver::Driver) -> crate::errors::Error {
+    driver
+        .error(
+            driver::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+            "ordering after the legacy stream's pending copies and allocations while a blocking \
+             stream is being captured (cuEventRecord)",
+        )
+        .into()
+}
+
+/// Waits on the host, without the GIL, until the legacy work counted so far in every
+/// context has run: what `__cuda_array_interface__` of an array bound to no stream needs
+/// before it says "no stream" (numba-cuda's copies and allocations there are synchronous).
+/// Returns at once when none is pending.
+#[pyfunction]
+pub(crate) fn settle_legacy_work(py: Python<'_>) -> Result<()> {
+    let work = LEGACY_WORK.load(Ordering::Acquire);
+    if work == SETTLED_WORK.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let driver = crate::devices::driver()?;
+    let current = driver.current_context()?;
+    for memory in all_context_memory() {
+        let counted = memory.legacy_work.load(Ordering::Acquire);
+        if counted == memory.settled_work.load(Ordering::Acquire) || !memory.is_alive(driver) {
+            continue;
+        }
+        let other = current != Some(memory.context);
+        if other {
+            driver.push_context(memory.context)?;
+        }
+        let recorded = (|| {
+            if driver.capture_state(LEGACY_STREAM)? == Capture::Implicit {
+                return Err(implicit_capture_error(driver));
+            }
+            Ok(memory.ordering().copied_after(work)?)
+        })();
+        if other {
+            driver.pop_context()?;
+        }
+        let copied = recorded?;
+        py.detach(|| driver.event_synchronize(copied))?;
+        memory.settled_work.fetch_max(counted, Ordering::AcqRel);
+    }
+    SETTLED_WORK.fetch_max(work, Ordering::AcqRel);
     Ok(())
 }

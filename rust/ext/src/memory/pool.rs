@@ -1,11 +1,19 @@
-//! Allocations from the driver's stream-ordered pool and their frees, and the pool's
+//! Allocations from fastlaunch's stream-ordered pool and their frees, and the pool's
 //! settings (see `fastlaunch_driver::MemoryPool`).
+//!
+//! While a stream capture refuses the pool's stream-ordered calls (the stream allocated on is
+//! being captured: `cuMemAllocAsync` there would make a graph allocation node, whose memory
+//! exists only while the graph runs; or a blocking stream is being captured, which refuses
+//! work on the legacy stream), an allocation is ordinary device memory (`cuMemAlloc`, what
+//! numba-cuda allocates: the driver accepts or refuses it as it does numba-cuda's), freed with
+//! `cuMemFree`, and a free of pool memory waits for the next call that may make it.
 
-use fastlaunch_driver::LaunchContext;
+use fastlaunch_driver::{self as driver, Capture, LaunchContext, LEGACY_STREAM};
 use pyo3::prelude::*;
 
-use super::ordering::{after_stream_work, before_alloc, order_free};
-use super::{byte_count, current, live_context, with_context_memory};
+use super::context_memory::{context_memory, known_context_memory, ContextMemory};
+use super::ordering::{after_alloc, before_alloc, order_free};
+use super::{byte_count, current};
 use crate::devices::driver;
 use crate::errors::Result;
 
@@ -16,86 +24,177 @@ pub(crate) fn context_key() -> Result<u64> {
     Ok(current()?.1.key())
 }
 
-/// `nbytes` from the current device's pool, ordered on `stream` (0: the legacy default
-/// stream); 0 bytes give a null pointer.
+/// `nbytes` from the current context's pool, ordered on `stream` (0: the legacy default
+/// stream); 0 bytes give a null pointer. Out of memory, what the pool keeps unused is given
+/// back to the driver and the allocation tried once more.
 #[pyfunction]
 #[pyo3(signature = (nbytes, stream = 0))]
-pub(crate) fn mem_alloc(nbytes: i64, stream: usize) -> Result<u64> {
+pub(crate) fn mem_alloc(py: Python<'_>, nbytes: i64, stream: usize) -> Result<u64> {
     let nbytes = byte_count(nbytes)?;
     let (driver, context) = current()?;
+    let memory = context_memory(driver, &context)?;
+    make_deferred_frees(driver, &memory)?;
+    if driver.capture_state(stream)? != Capture::None {
+        let pointer = driver.alloc_now(nbytes)?;
+        if pointer != 0 {
+            memory.note_plain_allocation(pointer);
+        }
+        return Ok(pointer);
+    }
     let work = before_alloc(driver, stream)?;
-    // the context's memory state, so that a free from another thread can find its handle
-    with_context_memory(driver, &context, |_| Ok(()))?;
-    let pointer = driver.alloc_async(nbytes, stream)?;
-    after_stream_work(driver, &context, work, false)?;
+    let pointer = match driver.alloc_from_pool_async(memory.pool, nbytes, stream) {
+        Err(error) if is_out_of_memory(&error) => {
+            trim_pool(py, driver, &memory)?;
+            driver.alloc_from_pool_async(memory.pool, nbytes, stream)?
+        }
+        allocated => allocated?,
+    };
+    after_alloc(driver, &memory, work)?;
     Ok(pointer)
+}
+
+fn is_out_of_memory(error: &driver::Error) -> bool {
+    matches!(error, driver::Error::Driver { code, .. } if *code == driver::CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// Gives back to the driver what the pool keeps unused, once the frees enqueued so far ran.
+fn trim_pool(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+) -> driver::Result<()> {
+    py.detach(|| driver.stream_synchronize(LEGACY_STREAM))?;
+    match memory.pool {
+        Some(pool) => pool.trim_to(driver, 0),
+        None => driver.memory_pool(memory.ordinal)?.trim_to(driver, 0),
+    }
 }
 
 /// Frees `pointer` (from `mem_alloc`) on `stream`, ordered after all work already enqueued
 /// on `stream` and after the work on non-blocking streams that may use it
 /// (`ordering::order_free`). `context`: the key (`context_key`) of the context it was
-/// allocated in, made current for the free when it is not; when that context was destroyed
+/// allocated in, made current for the free when it is not; when that context was reset
 /// since (`cuda.close()`), its memory went with it and nothing is done.
 #[pyfunction]
 #[pyo3(signature = (pointer, stream = 0, context = None))]
-pub(crate) fn mem_free(pointer: u64, stream: usize, context: Option<u64>) -> Result<()> {
+pub(crate) fn mem_free(
+    py: Python<'_>,
+    pointer: u64,
+    stream: usize,
+    context: Option<u64>,
+) -> Result<()> {
     let (driver, current_context) = current()?;
-    let free = |on: &LaunchContext| {
-        with_context_memory(driver, on, |memory| {
-            order_free(driver, memory, stream)?;
-            driver.free_async(pointer, stream)
-        })
+    let free = |on: &LaunchContext| -> Result<()> {
+        let memory = context_memory(driver, on)?;
+        if memory.take_plain_allocation(pointer) {
+            return Ok(py.detach(|| driver.free_now(pointer))?);
+        }
+        if driver.capture_state(stream)? != Capture::None {
+            memory.defer_free(pointer);
+            return Ok(());
+        }
+        make_deferred_frees(driver, &memory)?;
+        order_free(driver, &memory, stream)?;
+        Ok(driver.free_async(pointer, stream)?)
     };
     match context {
         Some(key) if key != current_context.key() => {
-            let Some(owner) = live_context(driver, key) else {
-                return Ok(()); // destroyed with its context
+            let Some(owner) = known_context_memory(key).filter(|m| m.is_alive(driver)) else {
+                return Ok(()); // freed with its context
             };
-            driver.push_context(owner)?;
-            let freed = driver.launch_context().and_then(|on| free(&on));
+            driver.push_context(owner.context)?;
+            let freed = driver
+                .launch_context()
+                .map_err(Into::into)
+                .and_then(|on| free(&on));
             driver.pop_context()?;
-            Ok(freed?)
+            freed
         }
-        _ => Ok(free(&current_context)?),
+        _ => free(&current_context),
     }
 }
 
-fn pool(
-    device: usize,
-) -> Result<(
-    &'static fastlaunch_driver::Driver,
-    fastlaunch_driver::MemoryPool,
-)> {
-    let driver = driver()?;
-    let ordinal = driver.checked_ordinal(device as i64)?;
-    Ok((driver, driver.memory_pool(ordinal)?))
+/// Makes the pool frees a capture deferred, when no capture refuses them any more.
+fn make_deferred_frees(driver: &'static driver::Driver, memory: &ContextMemory) -> Result<()> {
+    let deferred = memory.take_deferred_frees();
+    if deferred.is_empty() {
+        return Ok(());
+    }
+    if driver.capture_state(LEGACY_STREAM)? != Capture::None {
+        deferred
+            .into_iter()
+            .for_each(|pointer| memory.defer_free(pointer));
+        return Ok(());
+    }
+    order_free(driver, memory, LEGACY_STREAM)?;
+    for pointer in deferred {
+        driver.free_async(pointer, LEGACY_STREAM)?;
+    }
+    Ok(())
 }
 
-/// Bytes device `device`'s pool keeps at a synchronization instead of releasing them.
+/// The memory state of device `device`'s context: the current one when it is on that
+/// device, else the device's primary context (made current for the call).
+fn with_device_memory<T>(
+    device: usize,
+    work: impl FnOnce(&'static driver::Driver, &ContextMemory) -> driver::Result<T>,
+) -> Result<T> {
+    let driver = driver()?;
+    let ordinal = driver.checked_ordinal(device as i64)?;
+    let context = driver.launch_context()?;
+    if context.ordinal == ordinal {
+        let memory = context_memory(driver, &context)?;
+        return Ok(work(driver, &memory)?);
+    }
+    driver.push_context(driver.primary_context(ordinal)?)?;
+    let done = driver
+        .launch_context()
+        .and_then(|on| context_memory(driver, &on))
+        .and_then(|memory| work(driver, &memory));
+    driver.pop_context()?;
+    Ok(done?)
+}
+
+/// The pool fastlaunch allocates from on the device of `memory`.
+fn pool_of(
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+) -> driver::Result<fastlaunch_driver::MemoryPool> {
+    match memory.pool {
+        Some(pool) => Ok(pool),
+        None => driver.memory_pool(memory.ordinal),
+    }
+}
+
+/// Bytes the pool of device `device` keeps at a synchronization instead of releasing them.
 #[pyfunction]
 pub(crate) fn pool_release_threshold(device: usize) -> Result<u64> {
-    let (driver, pool) = pool(device)?;
-    Ok(pool.release_threshold(driver)?)
+    with_device_memory(device, |driver, memory| {
+        pool_of(driver, memory)?.release_threshold(driver)
+    })
 }
 
 #[pyfunction]
 pub(crate) fn set_pool_release_threshold(device: usize, nbytes: u64) -> Result<()> {
-    let (driver, pool) = pool(device)?;
-    Ok(pool.set_release_threshold(driver, nbytes)?)
+    with_device_memory(device, |driver, memory| {
+        pool_of(driver, memory)?.set_release_threshold(driver, nbytes)
+    })
 }
 
-/// `(used, reserved)` bytes of device `device`'s pool.
+/// `(used, reserved)` bytes of the pool of device `device`.
 #[pyfunction]
 pub(crate) fn pool_usage(device: usize) -> Result<(u64, u64)> {
-    let (driver, pool) = pool(device)?;
-    let usage = pool.usage(driver)?;
-    Ok((usage.used, usage.reserved))
+    with_device_memory(device, |driver, memory| {
+        let usage = pool_of(driver, memory)?.usage(driver)?;
+        Ok((usage.used, usage.reserved))
+    })
 }
 
-/// Releases what device `device`'s pool keeps unused, down to `keep_bytes`.
+/// Releases what the pool of device `device` keeps unused, down to `keep_bytes`.
 #[pyfunction]
 #[pyo3(signature = (device, keep_bytes = 0))]
 pub(crate) fn pool_trim(device: usize, keep_bytes: usize) -> Result<()> {
-    let (driver, pool) = pool(device)?;
-    Ok(pool.trim_to(driver, keep_bytes)?)
+    with_device_memory(device, |driver, memory| {
+        pool_of(driver, memory)?.trim_to(driver, keep_bytes)
+    })
 }

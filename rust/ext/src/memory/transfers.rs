@@ -1,21 +1,88 @@
 //! Copies between host buffers and device memory, in a stream's order, through the
 //! context's staging ring (`fastlaunch_driver::StagingRing`), and device-to-device copies and
-//! sets. The GIL is let go where a call can wait: copies back (until their bytes are in) and
-//! copies larger than a staging slot. On a stream being captured into a graph the copies go
-//! straight from and to the host memory, as numba-cuda's do (a graph would replay a staging
-//! slot's later contents), and the driver accepts or refuses them as it does numba-cuda's.
+//! sets.
+//!
+//! A copy returns when numba-cuda's would have its bytes where they belong: a staged copy to
+//! the device once the host bytes are in a slot (the copy itself runs on, ordered before
+//! everything that may read it: `ordering.rs`); a copy back once the bytes are in the host
+//! buffer; a copy too large for a slot (or made while every slot is busy) as numba-cuda makes
+//! it, synchronously on stream 0, in the stream's order on any other (page-locked memory
+//! included). The GIL is let go wherever a copy may wait for the GPU: a slot whose previous
+//! copy still runs, a copy back, an unstaged copy. On a stream being captured into a graph
+//! the copies go straight from and to the host memory, as numba-cuda's do (a graph would
+//! replay a staging slot's later contents), and the driver accepts or refuses them as it
+//! does numba-cuda's.
 
-use fastlaunch_driver::StagingRing;
+use fastlaunch_driver::{self as driver, StagingRing};
 use pyo3::prelude::*;
 
 use super::buffer::HostBuffer;
-use super::ordering::{after_stream_work, before_copy};
-use super::{byte_count, current, with_context_memory};
+use super::context_memory::{context_memory, ContextMemory};
+use super::ordering::{after_copy, before_copy};
+use super::{byte_count, current};
 use crate::errors::{Error, Result};
+
+/// Copies `host` to `device` on `stream` (not being captured) through a staging slot, or
+/// unstaged (see the module's text); returns once the host bytes are taken.
+///
+/// # Safety
+/// `device` must be writable for `host.len()` bytes until the copy has run.
+pub(crate) unsafe fn stage_to_device(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    device: u64,
+    host: &[u8],
+    stream: usize,
+) -> Result<()> {
+    if host.is_empty() {
+        return Ok(());
+    }
+    if StagingRing::stages(host.len()) {
+        if let Some(mut slot) = memory.ring.claim() {
+            if !slot.is_free()? {
+                py.detach(|| slot.wait_free())?;
+            }
+            // SAFETY: per the caller; the slot is free and `host` fits it.
+            return Ok(unsafe { slot.to_device(device, host, stream) }?);
+        }
+    }
+    // SAFETY: per the caller.
+    Ok(py.detach(|| unsafe { driver.copy_host_to_device_unstaged(device, host, stream) })?)
+}
+
+/// Copies `device` into `host` after the work enqueued on `stream` (not being captured),
+/// through a staging slot or unstaged (see the module's text). Waits for the GPU: call
+/// without the GIL.
+///
+/// # Safety
+/// `device` must be readable for `host.len()` bytes.
+pub(crate) unsafe fn fetch_to_host(
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    host: &mut [u8],
+    device: u64,
+    stream: usize,
+) -> driver::Result<()> {
+    if host.is_empty() {
+        return Ok(());
+    }
+    if StagingRing::stages(host.len()) {
+        if let Some(mut slot) = memory.ring.claim() {
+            slot.wait_free()?;
+            // SAFETY: per the caller; the slot is free and `host` fits it.
+            unsafe { slot.start_to_host(device, host.len(), stream) }?;
+            return slot.finish_to_host(host);
+        }
+    }
+    // SAFETY: per the caller.
+    unsafe { driver.copy_device_to_host_unstaged(host, device, stream) }
+}
 
 /// Copies `host`'s bytes (a contiguous buffer; its first `nbytes`, all when None) to
 /// `pointer` on `stream`; returns once the host bytes are taken, the copy ordered before
-/// later work on `stream`.
+/// later work on `stream` (and, on stream 0, synchronous where numba-cuda's is: see the
+/// module's text).
 #[pyfunction]
 #[pyo3(signature = (pointer, host, stream = 0, nbytes = None))]
 pub(crate) fn copy_to_device(
@@ -29,32 +96,25 @@ pub(crate) fn copy_to_device(
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
     let work = before_copy(driver, &context, stream)?;
-    let copy = move || {
-        // SAFETY: the buffer stays exported (and so in place) until `buffer` drops after this;
-        // the caller gives a device range of at least `len` bytes.
-        let host = unsafe { std::slice::from_raw_parts(address as *const u8, len) };
-        if work.capturing {
-            // a graph would replay a staging slot's later contents: copy as numba-cuda does
-            // SAFETY: as above.
-            return unsafe { driver.copy_host_to_device_async(pointer, host, stream) };
-        }
-        with_context_memory(driver, &context, |memory| {
-            // SAFETY: as above.
-            unsafe { memory.ring.copy_to_device(pointer, host, stream) }
-        })?;
-        after_stream_work(driver, &context, work, true)
-    };
-    let copied = if StagingRing::stages(len) {
-        copy()
-    } else {
-        py.detach(copy)
-    };
+    // SAFETY: the buffer stays exported (and so in place) until `buffer` drops after this.
+    let host = unsafe { std::slice::from_raw_parts(address as *const u8, len) };
+    if work.capturing {
+        // a graph would replay a staging slot's later contents: copy as numba-cuda does
+        // SAFETY: the caller gives a device range of at least `len` bytes.
+        return Ok(unsafe { driver.copy_host_to_device_async(pointer, host, stream) }?);
+    }
+    let memory = context_memory(driver, &context)?;
+    // SAFETY: as above.
+    unsafe { stage_to_device(py, driver, &memory, pointer, host, stream) }?;
+    after_copy(driver, &memory, work)?;
     drop(buffer);
-    Ok(copied?)
+    Ok(())
 }
 
 /// Copies `nbytes` (all of `host` when None) from `pointer` into `host` (a writable
-/// contiguous buffer) after the work enqueued on `stream`; returns when they are there.
+/// contiguous buffer) after the work enqueued on `stream`; returns when they are there
+/// (on a stream other than 0, into page-locked memory larger than a staging slot, it may
+/// return before, as numba-cuda's copy does).
 #[pyfunction]
 #[pyo3(signature = (host, pointer, stream = 0, nbytes = None))]
 pub(crate) fn copy_to_host(
@@ -68,6 +128,7 @@ pub(crate) fn copy_to_host(
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
     let capturing = before_copy(driver, &context, stream)?.capturing;
+    let memory = context_memory(driver, &context)?;
     let copied = py.detach(move || {
         // SAFETY: the writable export stays (and the memory in place) until `buffer` drops
         // after this; nothing else writes it meanwhile under the GIL's absence but other
@@ -78,10 +139,8 @@ pub(crate) fn copy_to_host(
             // SAFETY: the caller gives a device range of at least `len` bytes.
             return unsafe { driver.copy_device_to_host_async(host, pointer, stream) };
         }
-        with_context_memory(driver, &context, |memory| {
-            // SAFETY: as above.
-            unsafe { memory.ring.copy_to_host(host, pointer, stream) }
-        })
+        // SAFETY: as above.
+        unsafe { fetch_to_host(driver, &memory, host, pointer, stream) }
     });
     drop(buffer);
     Ok(copied?)
@@ -115,7 +174,8 @@ pub(crate) fn copy_device(dst: u64, src: u64, nbytes: i64, stream: usize) -> Res
     // SAFETY: the caller gives device ranges of `nbytes` bytes (the Python layer passes its
     // arrays' own allocations); the driver refuses pointers it does not know.
     unsafe { driver.copy_device_async(dst, src, nbytes, stream) }?;
-    Ok(after_stream_work(driver, &context, work, true)?)
+    let memory = context_memory(driver, &context)?;
+    Ok(after_copy(driver, &memory, work)?)
 }
 
 /// Sets `nbytes` at device `pointer` to the byte `value` in `stream`'s order.
@@ -130,5 +190,6 @@ pub(crate) fn memset(pointer: u64, value: u8, nbytes: i64, stream: usize) -> Res
     let work = before_copy(driver, &context, stream)?;
     // SAFETY: as for `copy_device`.
     unsafe { driver.memset_async(pointer, value, nbytes, stream) }?;
-    Ok(after_stream_work(driver, &context, work, true)?)
+    let memory = context_memory(driver, &context)?;
+    Ok(after_copy(driver, &memory, work)?)
 }
