@@ -5,6 +5,7 @@ Change ``@cuda.jit`` to ``@fastlaunch.jit``; everything else stays numba-cuda's.
 
 from __future__ import annotations
 
+import atexit
 from typing import TYPE_CHECKING, Any
 
 from fastlaunch import _capture_hooks, _core, _fork, _numpy_compat, errors
@@ -49,6 +50,7 @@ __version__: str = _core.__version__
 _fork.watch_forks()  # a child forked after numba-cuda initialised CUDA raises, never crashes
 _numpy_compat.apply()  # NumPy 2.5 lacks np.row_stack, which numba-cuda 0.30 names
 _capture_hooks.install()  # launches follow torch's and CuPy's graph captures
+atexit.register(_core.at_exit)  # objects collected at exit leave the driver alone
 
 if TYPE_CHECKING:
     from fastlaunch.errors import CudaDriverError, LaunchRefusedError

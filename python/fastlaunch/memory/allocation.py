@@ -29,7 +29,8 @@ _dict_set = dict.__setitem__
 _new = object.__new__
 
 
-#: the release threshold set on each device's pool when fastlaunch first allocates there:
+#: the release threshold set on fastlaunch's own pool (one per context, never the device's
+#: current pool, which CuPy and torch may share) when fastlaunch first allocates there:
 #: everything is kept between calls (as CuPy's and torch's caches keep it), unless
 #: FASTLAUNCH_POOL_RELEASE_THRESHOLD says otherwise (bytes; 0 is the driver's own default)
 KEEP_EVERYTHING = 2**64 - 1
@@ -49,6 +50,15 @@ def context() -> tuple[int, Any]:
         _proxies[key] = weakref.proxy(found)
         _core.set_pool_release_threshold(_core.current_device() or 0, _configured_threshold())
     return key, found
+
+
+def forget(numba_context: Any) -> list[int]:
+    """Forgets numba-cuda's ``numba_context`` (being reset); the keys it was kept under."""
+    keys = [key for key, found in _contexts.items() if found is numba_context]
+    for key in keys:
+        del _contexts[key]
+        _proxies.pop(key, None)
+    return keys
 
 
 def _configured_threshold() -> int:

@@ -4,7 +4,9 @@ and numba-cuda's back on ``uninstall()``. Replaced: ``numba.cuda.<name>`` (and
 ``numba.cuda.api.<name>``) for the API functions, ``DeviceNDArray``'s ``copy_to_host``,
 ``copy_to_device``, ``__getitem__``, ``__setitem__``, ``reshape``, ``ravel`` and
 ``get_ipc_handle``, ``Event``'s ``record``, ``synchronize``, ``wait``, ``query`` and
-``elapsed_time``, ``Stream.synchronize`` (the classes stay numba-cuda's), and the
+``elapsed_time``, ``Stream.synchronize`` (the classes stay numba-cuda's), every device
+array's ``__cuda_array_interface__`` (it waits for fastlaunch's pending copies first),
+``Context.reset`` (it also releases what fastlaunch kept for the context), and the
 module-level copies of ``numba.cuda.cudadrv.driver`` that numba-cuda's other paths use."""
 
 from __future__ import annotations
@@ -13,7 +15,16 @@ import sys
 from typing import Any
 
 from fastlaunch import _numba_compat as numba_cuda
-from fastlaunch.memory import arrays, events, ipc, originals, streams, transfers, views
+from fastlaunch.memory import (
+    arrays,
+    closing,
+    events,
+    ipc,
+    originals,
+    streams,
+    transfers,
+    views,
+)
 
 #: numba.cuda's API functions and their replacements
 API = {
@@ -53,6 +64,9 @@ def _places() -> list[tuple[Any, str, Any]]:
     places = [(module, name, new) for name, new in API.items() for module in (cuda, api)]
     places += [(driver, name, new) for name, new in DRIVER.items()]
     places += [(device_array_class, name, new) for name, new in METHODS.items()]
+    base = numba_cuda.devicearray().DeviceNDArrayBase
+    places.append((base, "__cuda_array_interface__", transfers.CUDA_ARRAY_INTERFACE))
+    places.append((driver.Context, "reset", closing.reset))
     places += [(driver.Event, name, new) for name, new in events.EVENT_METHODS.items()]
     places += [(driver.Stream, name, new) for name, new in events.STREAM_METHODS.items()]
     return places

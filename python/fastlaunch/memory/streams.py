@@ -30,6 +30,12 @@ def stream() -> Any:
     return objects.numba_stream(owned.handle, idle.append, owned)
 
 
+def forget(key: int) -> None:
+    """Destroys the idle streams of the context whose key is ``key`` (being reset: its
+    streams go with it, and would never be handed out again)."""
+    _idle.pop(key, None)
+
+
 def synchronize() -> None:
     """numba-cuda's ``cuda.synchronize()``: waits for the current context (without the GIL)."""
     _core.synchronize()

@@ -51,7 +51,16 @@ def host_bytes(array: Any, exact: bool = False) -> Any:
 
 
 def stream_handle(stream: Any) -> int:
-    return 0 if not stream else _core.stream_handle(stream)
+    """The handle of a memory API stream argument: 0 for 0/None, else what
+    ``_core.stream_handle`` reads from a stream object (numba-cuda's ``Stream``, a cuda.core
+    stream, anything with ``__cuda_stream__``). An int other than 0 is refused with
+    numba-cuda's ``TypeError`` (its ``_stream_handle``): ``_core.stream_handle`` would take it
+    as a raw ``CUstream``, which the driver dereferences (a crash)."""
+    if not stream:
+        return 0
+    if isinstance(stream, int):
+        raise TypeError(f"stream: Expected a Stream object or 0, got {type(stream).__name__}")
+    return _core.stream_handle(stream)
 
 
 def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> Any:
@@ -146,6 +155,22 @@ def copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
     if not _same_layout(self_core, ary_core):
         devicearray.check_array_compatibility(self_core, ary_core)  # raises, or agrees
     host_to_device(self, ary_core, self.alloc_size, stream=stream)
+
+
+def cuda_array_interface(self: Any) -> Any:
+    """numba-cuda's ``__cuda_array_interface__``. For an array bound to no stream it says
+    ``"stream": None`` ("nothing to wait for"), true of numba-cuda's synchronous copies and
+    allocations; fastlaunch enqueues them on the legacy stream, so it first waits on the host
+    (without the GIL) until those enqueued so far have run: at once when none is pending."""
+    base = numba_cuda.devicearray().DeviceNDArrayBase
+    interface = original(base, "__cuda_array_interface__").fget(self)
+    if interface["stream"] is None:
+        _core.settle_legacy_work()
+    return interface
+
+
+#: what ``install()`` puts on numba-cuda's device arrays
+CUDA_ARRAY_INTERFACE = property(cuda_array_interface)
 
 
 def _same_layout(device: Any, host: Any) -> bool:
