@@ -272,6 +272,9 @@ allocated_on = _core.stream_create(non_blocking=True)
 copied_on = _core.stream_create(non_blocking=True)
 blocking = _core.stream_create()
 
+def external(handle):  # numba-cuda's Stream over a raw handle (cuda.external_stream)
+    return numba_driver.Context.create_external_stream(None, handle)
+
 def waits_of_a_free(make):
     array = make()
     waits = fake.fake_stream_waits()
@@ -281,19 +284,20 @@ def waits_of_a_free(make):
     return fake.fake_stream_waits() - waits, fake.fake_last_waiting_stream() in (0, None)
 
 def used_on_both():
-    d = fl.device_array(16, stream=allocated_on)
+    d = fl.device_array(16, stream=external(allocated_on))
     e = fl.device_array(16)
-    transfers.host_to_device(d, host, host.nbytes, stream=copied_on)
-    transfers.host_to_device(views.getitem(d, slice(2, None)), host[2:], 8 * 14, stream=copied_on)
-    transfers.device_to_device(e, d, host.nbytes, stream=copied_on)
+    copying = external(copied_on)
+    transfers.host_to_device(d, host, host.nbytes, stream=copying)
+    transfers.host_to_device(views.getitem(d, slice(2, None)), host[2:], 8 * 14, stream=copying)
+    transfers.device_to_device(e, d, host.nbytes, stream=copying)
     transfers.host_to_device(d, host, host.nbytes, stream=0)
     _core.stream_destroy(allocated_on)  # its event stays valid
     return d, e
 
 def used_on_blocking_streams():
-    d = fl.device_array(16, stream=blocking)
-    transfers.host_to_device(d, host, host.nbytes, stream=blocking)
-    transfers.host_to_device(d, host, host.nbytes, stream=2)
+    d = fl.device_array(16, stream=external(blocking))
+    transfers.host_to_device(d, host, host.nbytes, stream=external(blocking))
+    transfers.host_to_device(d, host, host.nbytes, stream=external(2))
     return d
 
 print(waits_of_a_free(used_on_both))
@@ -477,11 +481,12 @@ def same(ours, theirs):
     )
 
 results = []
+streams = {n: numba_driver.Context.create_external_stream(None, n) for n in (7001, 7002)}
 calls = [
     ((16,), {}), ((16,), {"dtype": "float32"}), (((np.int64(5),),), {}),
     (((3, 4),), {"dtype": np.int16}), (((3, 4),), {"order": "F", "dtype": np.dtype("complex64")}),
     (([2, 3],), {}),
-    (((2, 3, 4),), {"strides": (96, 32, 8)}), ((7,), {"stream": 7001}), (((1, 1),), {}),
+    (((2, 3, 4),), {"strides": (96, 32, 8)}), ((7,), {"stream": streams[7001]}), (((1, 1),), {}),
     ((True,), {}), (((2, 3),), {"dtype": [("a", "f4"), ("b", "i2")]}),
 ]
 for args, kws in calls:
@@ -501,8 +506,8 @@ for host in (np.arange(12.0), np.zeros((3, 4), np.int8, order="F"), np.zeros((4,
     )
     results.append(same(ours, theirs_over(ours, shape, strides, dtype, 0)))
     if host.flags.c_contiguous or host.flags.f_contiguous:  # numba-cuda's from_array_like
-        ours = fl.to_device(host, stream=7002)
-        theirs = theirs_over(ours, host.shape, host.strides, host.dtype, 7002)
+        ours = fl.to_device(host, stream=streams[7002])
+        theirs = theirs_over(ours, host.shape, host.strides, host.dtype, streams[7002])
         results.append(same(ours, theirs))
 errors = []
 bad = [((2.0,), {}), (((2, 2.0),), {}), ((4,), {"order": "X"}), ((4,), {"dtype": "nope"}),

@@ -1,0 +1,73 @@
+"""What the installed memory API raises where numba-cuda raises (findings of the memory review):
+an int stream argument is numba-cuda's TypeError, never a raw stream handle; a failed driver
+call is numba-cuda's CudaAPIError; an External Memory Management plugin allocates pinned
+arrays; a negative pinned extent is numba-cuda's OverflowError. On the stand-in driver, with
+the stand-in numba-cuda Context of test_cpu_memory_api."""
+
+from __future__ import annotations
+
+from test_cpu_memory_api import PRELUDE as MEMORY_API_PRELUDE
+
+PRELUDE = (
+    MEMORY_API_PRELUDE
+    + """
+from numba import cuda
+fl.install()
+def outcome(call):
+    try:
+        call()
+        return "no error"
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+"""
+)
+
+
+def test_int_streams_raise_numba_cudas_type_error(run_on_stand_in):
+    """An int other than 0 would reach the driver as a CUstream pointer (a crash on a GPU):
+    refused as numba-cuda's `_stream_handle` refuses it; 0, None, False and numba-cuda's
+    streams go on working."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+host = np.arange(3.0)
+d = cuda.to_device(host)
+print(outcome(lambda: numba_driver._stream_handle(7)))
+refusals = (7, True, 2**70)  # (2**70: no handle, nor a numba-cuda stream)
+numba_messages = [outcome(lambda: numba_driver._stream_handle(s)) for s in refusals]
+calls = {
+    "to_device": lambda s: cuda.to_device(host, stream=s),
+    "copy_to_host": lambda s: d.copy_to_host(stream=s),
+    "copy_to_device": lambda s: d.copy_to_device(host, stream=s),
+    "device_array": lambda s: cuda.device_array(3, stream=s),
+    "host_to_device": lambda s: numba_driver.host_to_device(d, host, host.nbytes, stream=s),
+    "device_to_host": lambda s: numba_driver.device_to_host(host.copy(), d, 24, stream=s),
+    "device_to_device": lambda s: numba_driver.device_to_device(d, d, 24, stream=s),
+    "stream_handle": transfers.stream_handle,
+}
+for name, call in calls.items():
+    refused = [outcome(lambda: call(s)) for s in refusals]
+    expected = [m.replace("TypeError: ", "TypeError: stream: ") for m in numba_messages]
+    print(name, refused == expected)
+stream = cuda.stream()
+for s in (0, None, False, stream):
+    fine = [outcome(lambda: call(s)) for call in calls.values()]
+    print(fine == ["no error"] * len(calls))
+print(transfers.stream_handle(stream) == stream.__cuda_stream__()[1])
+"""
+    )
+    assert lines[0] == "TypeError: Expected a Stream object or 0, got int"
+    assert lines[1:9] == [
+        f"{name} True"
+        for name in (
+            "to_device",
+            "copy_to_host",
+            "copy_to_device",
+            "device_array",
+            "host_to_device",
+            "device_to_host",
+            "device_to_device",
+            "stream_handle",
+        )
+    ]
+    assert lines[9:] == ["True"] * 5
