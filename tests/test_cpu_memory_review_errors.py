@@ -71,3 +71,65 @@ print(transfers.stream_handle(stream) == stream.__cuda_stream__()[1])
         )
     ]
     assert lines[9:] == ["True"] * 5
+
+
+def test_driver_failures_are_numba_cudas_cuda_api_error(run_on_stand_in):
+    """fastlaunch's CudaDriverError (and LaunchRefusedError) is numba-cuda's CudaAPIError too,
+    so `except CudaAPIError` catches the memory API's failures; its str stays fastlaunch's
+    message (numba-cuda's "[code] msg" would name the code twice), `.msg` is that message,
+    `.code` the CUresult as an int, and it pickles with its attributes."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+import pickle
+from numba.cuda.cudadrv.driver import CudaAPIError
+from numba.cuda.cudadrv.error import CudaDriverError as NumbaCudaDriverError
+from cuda.core._utils.cuda_utils import CUDAError
+from fastlaunch.errors import CudaDriverError  # built here, before LaunchRefusedError
+from fastlaunch.errors import LaunchRefusedError
+
+def fail(*args):  # a driver call that fails: freeing memory the driver never gave
+    _core.pinned_free(0xDEAD0000)
+
+try:
+    fail()
+except CudaAPIError as caught:
+    error = caught
+print(type(error) is CudaDriverError, isinstance(error, (CUDAError)),
+      isinstance(error, NumbaCudaDriverError), isinstance(error, fl.CudaError))
+print(error.code == 1, error.msg == str(error) == error.args[0], str(error).startswith("["),
+      error.during in str(error))
+again = pickle.loads(pickle.dumps(error))
+print(type(again) is CudaDriverError, str(again) == str(error),
+      (again.code, again.name, again.during, again.msg)
+      == (error.code, error.name, error.during, error.msg))
+refused = LaunchRefusedError("too many threads", 1, "CUDA_ERROR_INVALID_VALUE", "launching")
+print(isinstance(refused, (CudaAPIError)), isinstance(refused, CudaDriverError),
+      isinstance(refused, fl.LaunchConfigurationError), str(refused), refused.msg)
+again = pickle.loads(pickle.dumps(refused))
+print(type(again) is LaunchRefusedError, str(again), again.code, again.during)
+
+# the installed memory API raises the core's error as it is: CudaAPIError
+d = cuda.to_device(np.arange(4.0))
+event = cuda.event()
+for name in ("copy_to_host", "copy_to_device", "synchronize", "event_synchronize"):
+    setattr(_core, name, fail)
+raised = []
+for call in (d.copy_to_host, lambda: d.copy_to_device(np.ones(4)),
+             lambda: cuda.to_device(np.ones(4)), cuda.synchronize, event.synchronize):
+    try:
+        call()
+        raised.append("no error")
+    except CudaAPIError as caught:
+        raised.append(type(caught).__name__)
+print(raised)
+"""
+    )
+    assert lines == [
+        "True True True True",
+        "True True False True",
+        "True True True",
+        "True True True too many threads too many threads",
+        "True too many threads 1 launching",
+        str(["CudaDriverError"] * 5),
+    ]

@@ -386,6 +386,13 @@ def driver_error_class() -> type:
     return CudaDriverError
 
 
+def api_error_class() -> type:
+    """numba-cuda's ``CudaAPIError`` (what its driver raises for a failed call)."""
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    return CudaAPIError
+
+
 def cuda_api_error(code: int, message: str) -> Exception:
     """numba-cuda's ``CudaAPIError``, as its driver raises it for a failed call."""
     driver = cudadrv_driver()

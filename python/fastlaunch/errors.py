@@ -59,21 +59,41 @@ def _public(error_class: type) -> type:
 
 def _driver_error_class() -> type:
     """``CudaDriverError``, built on first use: it is also a ``cuda.core`` ``CUDAError`` (what
-    numba-cuda raises for failed launches), and importing cuda.core costs half a second."""
+    numba-cuda raises for failed launches) and numba-cuda's ``CudaAPIError`` (what its driver
+    raises for every other failed call), so ``except CudaAPIError`` catches fastlaunch's
+    failures too; importing cuda.core and numba-cuda's driver costs most of a second."""
     try:
         from cuda.core._utils.cuda_utils import CUDAError as core_error
     except ImportError:  # pragma: no cover - cuda.core comes with numba-cuda
         core_error = RuntimeError
+    from fastlaunch import _numba_compat  # imports this module: not at the top
 
-    class CudaDriverError(CudaError, core_error):  # type: ignore[valid-type,misc]
-        """A CUDA driver call failed. ``code`` is the ``CUresult``; ``name`` its name;
-        ``during`` what was being done."""
+    bases: tuple[type, ...] = (CudaError, core_error)
+    try:
+        bases += (_numba_compat.api_error_class(),)
+    except (ImportError, AttributeError):  # pragma: no cover - numba-cuda is a dependency
+        pass  # (AttributeError: a numba this numba-cuda cannot import with)
+
+    class CudaDriverError(*bases):  # type: ignore[misc]
+        """A CUDA driver call failed. ``code`` is the ``CUresult`` (an int); ``name`` its
+        name; ``during`` what was being done; ``msg`` the message (numba-cuda's
+        ``CudaAPIError`` has it)."""
 
         def __init__(self, message: str, code: int, name: str, during: str) -> None:
-            super().__init__(message)
+            # not CudaAPIError.__init__(code, msg): args stay (message,), as before
+            Exception.__init__(self, message)
             self.code = code
+            self.msg = message
             self.name = name
             self.during = during
+
+        # the message, not CudaAPIError's "[code] msg": it names the code already
+        __str__ = Exception.__str__
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            # pickled with all four arguments (a worker's error reaching its parent)
+            arguments = (self.msg, self.code, self.name, self.during)
+            return type(self), arguments, self.__dict__
 
     return _public(CudaDriverError)
 
@@ -95,6 +115,7 @@ if TYPE_CHECKING:
 
     class LaunchRefusedError(LaunchConfigurationError):
         code: int
+        msg: str
         name: str
         during: str
 
@@ -102,6 +123,7 @@ if TYPE_CHECKING:
 
     class CudaDriverError(CudaError):
         code: int
+        msg: str
         name: str
         during: str
 
@@ -125,17 +147,23 @@ def _forked_error_class() -> type:
     return _public(CudaForkedError)
 
 
+#: the classes built on first use, by name
+_BUILT_ON_FIRST_USE = {
+    "CudaForkedError": _forked_error_class,
+    "CudaDriverError": _driver_error_class,
+    "LaunchRefusedError": _launch_refused_class,
+}
+
+
 def __getattr__(name: str) -> Any:
-    if name == "CudaForkedError":
-        globals()[name] = error_class = _forked_error_class()
-        return error_class
-    if name == "CudaDriverError":
-        globals()[name] = error_class = _driver_error_class()
-        return error_class
-    if name == "LaunchRefusedError":
-        globals()[name] = error_class = _launch_refused_class()
-        return error_class
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    build = _BUILT_ON_FIRST_USE.get(name)
+    if build is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # each built once (_launch_refused_class asks for CudaDriverError here): a second class
+    # would not catch the first's instances, nor pickle by name; setdefault keeps the first
+    # made when two threads build at once
+    built = globals().get(name)
+    return built if built is not None else globals().setdefault(name, build())
 
 
 __all__ = [
