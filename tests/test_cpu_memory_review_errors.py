@@ -133,3 +133,96 @@ print(raised)
         "True too many threads 1 launching",
         str(["CudaDriverError"] * 5),
     ]
+
+
+def test_an_emm_plugin_allocates_pinned_arrays(run_on_stand_in):
+    """With a memory manager of the user's (a full `BaseCUDAMemoryManager`), `pinned_array`
+    and `pinned_array_like` ask its `memhostalloc`, as numba-cuda does, and fastlaunch
+    allocates nothing."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+import contextlib
+calls = []
+
+class Plugin(numba_driver.BaseCUDAMemoryManager):
+    def initialize(self):
+        pass
+    def memalloc(self, size):
+        raise NotImplementedError
+    def memhostalloc(self, size, mapped=False, portable=False, wc=False):
+        calls.append((size, mapped, portable, wc))
+        buffer = (ctypes.c_byte * size)()
+        return numba_driver.PinnedMemory(self.context, ctypes.addressof(buffer), size,
+                                         owner=buffer)
+    def mempin(self, owner, pointer, size, mapped=False):
+        raise NotImplementedError
+    def get_memory_info(self):
+        return numba_driver.MemoryInfo(free=0, total=0)
+    def get_ipc_handle(self, memory):
+        raise NotImplementedError
+    def reset(self):
+        pass
+    def defer_cleanup(self):
+        return contextlib.nullcontext()
+    @property
+    def interface_version(self):
+        return 1
+
+context.memory_manager = Plugin(context=context)
+del context.deallocations  # a plugin's context has none to offer
+before = fake.fake_outstanding_allocations()
+a = cuda.pinned_array((2, 3), np.float32)
+b = cuda.pinned_array_like(np.zeros((4, 5), order="F"))
+print(calls)
+print(type(a) is np.ndarray, a.shape, a.strides, b.shape, b.strides, b.flags.f_contiguous)
+a[...] = 1.5
+print(a.sum(), fake.fake_outstanding_allocations() - before)
+"""
+    )
+    assert lines == [
+        "[(24, False, False, False), (160, False, False, False)]",
+        "True (2, 3) (12, 4) (4, 5) (8, 32) True",
+        "9.0 0",
+    ]
+
+
+def test_empty_pinned_arrays_are_numba_cudas_own_under_install(run_on_stand_in):
+    """An empty pinned array is numba-cuda's memory manager's `memhostalloc(0)`, as numba-cuda
+    makes it (under install, `numba.cuda.api.pinned_array` is fastlaunch's own: asking it
+    again recursed)."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+sizes = []
+def memhostalloc(size, mapped=False, portable=False, wc=False):
+    sizes.append(size)
+    return (ctypes.c_byte * 1)()
+context.memory_manager.memhostalloc = memhostalloc
+empty = cuda.pinned_array((0, 3))
+print(empty.shape, sizes)
+"""
+    )
+    assert lines == ["(0, 3) [0]"]
+
+
+def test_negative_pinned_extents_raise_numba_cudas_overflow_error(run_on_stand_in):
+    """numba-cuda passes the negative byte count to cuMemHostAlloc, which cuda.bindings refuses
+    with OverflowError; fastlaunch raises that class, naming the shape, before allocating."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from cuda.bindings import driver as bindings
+print(outcome(lambda: bindings.cuMemHostAlloc(-8, 0)).split(":")[0])  # numba-cuda's call
+before = fake.fake_outstanding_allocations()
+print(outcome(lambda: cuda.pinned_array(-1)))
+print(outcome(lambda: cuda.pinned_array((-2, 3), np.int16)))
+print(fake.fake_outstanding_allocations() - before)
+"""
+    )
+    assert lines == [
+        "OverflowError",
+        "OverflowError: shape (-1,) gives a negative size (-8 bytes)",
+        "OverflowError: shape (-2, 3) gives a negative size (-12 bytes)",
+        "0",
+    ]

@@ -1,7 +1,8 @@
 """numba-cuda's array constructors on the Rust core: ``device_array`` and
 ``device_array_like`` (memory from the stream-ordered pool), ``pinned_array`` and
 ``pinned_array_like`` (page-locked host memory, freed through the context's deallocation
-queue as numba-cuda frees its own)."""
+queue as numba-cuda frees its own). With an External Memory Management plugin selected, its
+``memalloc`` and ``memhostalloc`` allocate."""
 
 from __future__ import annotations
 
@@ -136,22 +137,42 @@ def device_array_like(ary: Any, stream: Any = 0) -> Any:
 
 def pinned_array(shape: Any, dtype: Any = "float64", strides: Any = None, order: str = "C") -> Any:
     """numba-cuda's ``cuda.pinned_array``: a NumPy array over page-locked memory."""
-    shape, strides, dtype = numba_cuda.prepare_shape_strides_dtype(shape, strides, dtype, order)
-    nbytes = _extent(shape, strides, dtype.itemsize)
-    if nbytes == 0:
-        return numba_cuda.api().pinned_array(shape, dtype, strides, order)
     _, ctx = context()
+    shape, strides, dtype = numba_cuda.prepare_shape_strides_dtype(shape, strides, dtype, order)
+    manager = ctx.memory_manager
+    if type(manager) is not numba_cuda.cudadrv_driver().NumbaCUDAMemoryManager:
+        # an EMM plugin allocates (its memhostalloc), as in numba-cuda
+        return _managers_pinned_array(manager, shape, strides, dtype, order)
+    nbytes = _extent(shape, strides, dtype.itemsize)
+    if nbytes < 0:  # numba-cuda's cuMemHostAlloc call refuses it with this class
+        raise OverflowError(f"shape {shape!r} gives a negative size ({nbytes} bytes)")
+    if nbytes == 0:
+        return _managers_pinned_array(manager, shape, strides, dtype, order)
     address = _core.pinned_alloc(nbytes)
     buffer = (ctypes.c_byte * nbytes).from_address(address)
-    deallocations = ctx.memory_manager.deallocations
+    deallocations = manager.deallocations
     weakref.finalize(buffer, deallocations.add_item, _core.pinned_free, address, nbytes)
     import numpy as np
 
     return np.ndarray(shape=shape, strides=strides, dtype=dtype, order=order, buffer=buffer)
 
 
+def _managers_pinned_array(
+    manager: Any, shape: tuple, strides: tuple, dtype: Any, order: str
+) -> Any:
+    """numba-cuda's ``pinned_array`` after its normalisation, with the memory manager of the
+    context already looked up (numba-cuda's ``Context.memhostalloc`` is this call): an EMM
+    plugin's ``memhostalloc``, or numba-cuda's own for empty arrays."""
+    nbytes = numba_cuda.cudadrv_driver().memory_size_from_info(shape, strides, dtype.itemsize)
+    buffer = manager.memhostalloc(nbytes, False, False, False)
+    import numpy as np
+
+    return np.ndarray(shape=shape, strides=strides, dtype=dtype, order=order, buffer=buffer)
+
+
 def pinned_array_like(ary: Any) -> Any:
-    """numba-cuda's ``cuda.pinned_array_like``."""
+    """numba-cuda's ``cuda.pinned_array_like`` (an EMM plugin allocates, through
+    ``pinned_array``)."""
     api = numba_cuda.api()
     return pinned_array(
         shape=ary.shape,
