@@ -55,7 +55,9 @@ def stream_handle(stream: Any) -> int:
     ``_core.stream_handle`` reads from a stream object (numba-cuda's ``Stream``, a cuda.core
     stream, anything with ``__cuda_stream__``). An int other than 0 is refused with
     numba-cuda's ``TypeError`` (its ``_stream_handle``): ``_core.stream_handle`` would take it
-    as a raw ``CUstream``, which the driver dereferences (a crash)."""
+    as a raw ``CUstream``, which the driver dereferences (a crash). (``device_array`` reads its
+    stream to order the allocation, so it refuses one at once; numba-cuda's, at the first
+    copy on it.)"""
     if not stream:
         return 0
     if isinstance(stream, int):
