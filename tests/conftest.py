@@ -37,12 +37,13 @@ def stand_in_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def run_on_stand_in(stand_in_driver: Path) -> Callable[[str], list[str]]:
+def run_on_stand_in(stand_in_driver: Path) -> Callable[..., list[str]]:
     """Runs Python source in a child process against the stand-in driver; returns the lines
-    it printed (it must exit 0)."""
+    it printed (it must exit 0). ``env`` adds environment variables (the stand-in's
+    ``FAKE_*`` switches)."""
 
-    def run(source: str) -> list[str]:
-        env = {**os.environ, "FASTLAUNCH_CUDA_DRIVER": str(stand_in_driver)}
+    def run(source: str, env: dict[str, str] | None = None) -> list[str]:
+        env = {**os.environ, **(env or {}), "FASTLAUNCH_CUDA_DRIVER": str(stand_in_driver)}
         done = subprocess.run(
             [sys.executable, "-c", source], capture_output=True, text=True, timeout=120, env=env
         )
