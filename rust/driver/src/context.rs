@@ -35,6 +35,10 @@ unsafe impl Send for Context {}
 unsafe impl Sync for Context {}
 
 impl Context {
+    pub(crate) fn from_raw(context: CUcontext) -> Context {
+        Context(context)
+    }
+
     /// The handle as an integer, as torch and CuPy print it.
     pub fn address(&self) -> usize {
         self.0 as usize

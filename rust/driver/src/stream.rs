@@ -108,6 +108,24 @@ impl Driver {
         Ok(status != 0)
     }
 
+    /// The context `stream` belongs to; `None` for the default streams (the current
+    /// context's) and where the driver lacks `cuStreamGetCtx`.
+    pub fn stream_context(&self, stream: usize) -> Result<Option<crate::Context>> {
+        let Some(get_ctx) = self.api.stream_get_ctx else {
+            return Ok(None);
+        };
+        if is_default_stream(stream) {
+            return Ok(None);
+        }
+        let mut context: crate::sys::CUcontext = std::ptr::null_mut();
+        self.check(
+            // SAFETY: valid out-pointer; the driver validates the handle.
+            unsafe { get_ctx(stream as CUstream, &mut context) },
+            "reading a stream's context (cuStreamGetCtx)",
+        )?;
+        Ok(Some(crate::Context::from_raw(context)))
+    }
+
     /// Whether work submitted to `stream` now would be captured into a graph, or, for the
     /// legacy stream, is refused because a blocking stream is being captured (work there
     /// would join that capture implicitly). Asking never invalidates a capture.

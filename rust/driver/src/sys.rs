@@ -279,6 +279,8 @@ driver_api! {
     optional {
         // A context's unique id (CUDA 12.0+).
         ctx_get_id = "cuCtxGetId": fn(CUcontext, *mut u64);
+        // The context a stream belongs to.
+        stream_get_ctx = "cuStreamGetCtx": fn(CUstream, *mut CUcontext);
         // Memory pools of fastlaunch's own (CUDA 11.2+); without them, the device's current pool.
         mem_pool_create = "cuMemPoolCreate": fn(*mut CUmemoryPool, *const CUmemPoolProps);
         mem_pool_destroy = "cuMemPoolDestroy": fn(CUmemoryPool);

@@ -103,13 +103,26 @@ pub(crate) struct StreamWork {
 }
 
 impl StreamWork {
-    /// Work on `stream`, being captured or not: its flags are asked only when it is not
-    /// captured and not a default stream.
-    fn on(driver: &driver::Driver, stream: usize, capturing: bool) -> Result<StreamWork> {
+    /// Work on `stream` in `context`, being captured or not: its flags are asked only when it
+    /// is not captured and not a default stream. A stream of another context (another
+    /// device's: numba-cuda allocates and copies in the current context whatever the stream)
+    /// is not ordered with this context's legacy stream either: it is followed as a
+    /// non-blocking one.
+    fn on(
+        driver: &driver::Driver,
+        context: &LaunchContext,
+        stream: usize,
+        capturing: bool,
+    ) -> Result<StreamWork> {
+        let unordered = !capturing
+            && (non_blocking(driver, stream)?
+                || driver
+                    .stream_context(stream)?
+                    .is_some_and(|owner| owner != context.context));
         Ok(StreamWork {
             stream,
             capturing,
-            non_blocking: !capturing && non_blocking(driver, stream)?,
+            non_blocking: unordered,
         })
     }
 }
@@ -220,7 +233,7 @@ pub(crate) fn before_copy(
     context: &LaunchContext,
     stream: usize,
 ) -> Result<StreamWork> {
-    let work = StreamWork::on(driver, stream, driver.stream_is_capturing(stream)?)?;
+    let work = StreamWork::on(driver, context, stream, driver.stream_is_capturing(stream)?)?;
     if work.non_blocking {
         wait_for_legacy_work(driver, context, stream)?;
     }
@@ -229,8 +242,12 @@ pub(crate) fn before_copy(
 
 /// Before an allocation from the pool on `stream`, whose capture state the caller asked
 /// (`Capture::None`: the pool allocates).
-pub(crate) fn before_alloc(driver: &'static driver::Driver, stream: usize) -> Result<StreamWork> {
-    StreamWork::on(driver, stream, false)
+pub(crate) fn before_alloc(
+    driver: &'static driver::Driver,
+    context: &LaunchContext,
+    stream: usize,
+) -> Result<StreamWork> {
+    StreamWork::on(driver, context, stream, false)
 }
 
 /// After a copy ([`before_copy`]) is enqueued: a write to the device on the legacy stream is

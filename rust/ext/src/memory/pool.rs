@@ -11,7 +11,11 @@
 use fastlaunch_driver::{self as driver, Capture, LaunchContext, LEGACY_STREAM};
 use pyo3::prelude::*;
 
-use super::context_memory::{context_memory, known_context_memory, ContextMemory};
+use std::sync::Arc;
+
+use super::context_memory::{
+    all_context_memory, context_memory, known_context_memory, ContextMemory,
+};
 use super::ordering::{after_alloc, before_alloc, order_free};
 use super::{byte_count, current};
 use crate::devices::driver;
@@ -41,7 +45,7 @@ pub(crate) fn mem_alloc(py: Python<'_>, nbytes: i64, stream: usize) -> Result<u6
         }
         return Ok(pointer);
     }
-    let work = before_alloc(driver, stream)?;
+    let work = before_alloc(driver, &context, stream)?;
     let pointer = match driver.alloc_from_pool_async(memory.pool, nbytes, stream) {
         Err(error) if is_out_of_memory(&error) => {
             trim_pool(py, driver, &memory)?;
@@ -181,20 +185,37 @@ pub(crate) fn set_pool_release_threshold(device: usize, nbytes: u64) -> Result<(
     })
 }
 
-/// `(used, reserved)` bytes of the pool of device `device`.
+/// The memory state of a live context of device `device` that fastlaunch allocated in, if
+/// any (none is made: asking what a pool holds makes no pool).
+fn live_device_memory(
+    driver: &driver::Driver,
+    device: usize,
+) -> Result<Option<Arc<ContextMemory>>> {
+    let ordinal = driver.checked_ordinal(device as i64)?;
+    Ok(all_context_memory()
+        .into_iter()
+        .find(|memory| memory.ordinal == ordinal && memory.is_alive(driver)))
+}
+
+/// `(used, reserved)` bytes of the pool of device `device` (nothing, before fastlaunch
+/// allocated there, or after its context was reset).
 #[pyfunction]
 pub(crate) fn pool_usage(device: usize) -> Result<(u64, u64)> {
-    with_device_memory(device, |driver, memory| {
-        let usage = pool_of(driver, memory)?.usage(driver)?;
-        Ok((usage.used, usage.reserved))
-    })
+    let driver = driver()?;
+    let Some(memory) = live_device_memory(driver, device)? else {
+        return Ok((0, 0));
+    };
+    let usage = pool_of(driver, &memory)?.usage(driver)?;
+    Ok((usage.used, usage.reserved))
 }
 
 /// Releases what the pool of device `device` keeps unused, down to `keep_bytes`.
 #[pyfunction]
 #[pyo3(signature = (device, keep_bytes = 0))]
 pub(crate) fn pool_trim(device: usize, keep_bytes: usize) -> Result<()> {
-    with_device_memory(device, |driver, memory| {
-        pool_of(driver, memory)?.trim_to(driver, keep_bytes)
-    })
+    let driver = driver()?;
+    let Some(memory) = live_device_memory(driver, device)? else {
+        return Ok(());
+    };
+    Ok(pool_of(driver, &memory)?.trim_to(driver, keep_bytes)?)
 }
