@@ -119,6 +119,9 @@ gpu-prepare: venv
 	  | $(VPY) scripts/gpu-bins.py tests .gpu/bin --exclude fastlaunch-ext
 	cargo bench --workspace --no-run --message-format=json \
 	  | $(VPY) scripts/gpu-bins.py benches .gpu/bin --exclude fastlaunch-ext
+	# the outside review's repros (gpu-run.sh review), where the work folder has them
+	rm -rf .gpu/memory-review
+	if [ -d ../shared/memory-review ]; then cp -r ../shared/memory-review .gpu/; fi
 	ls -la .whl .gpu/bin
 
 gpu-prepare-versions: venv

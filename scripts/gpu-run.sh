@@ -44,6 +44,9 @@
 #              Black-Scholes-shaped call, a kernel on host arrays) against fastlaunch installed,
 #              CuPy, torch and the driver, interleaved; e.g. MEMORY_ARGS="--rounds 10"; not part
 #              of `all`
+#   review     the outside review's repros of the memory API (.gpu/memory-review/run_gpu.sh, which
+#              make gpu-prepare copies from ../shared/memory-review): each prints
+#              REPRO <name> PASS|FAIL; the part fails if any says FAIL; not part of `all`
 #   all        rust tests stages conformance bench
 # The wheel install, versions and devices always come first.
 #
@@ -193,6 +196,18 @@ interleaved_bench() {
   python3 benchmarks/interleaved.py --out "$OUT" "${extra[@]}"
 }
 
+memory_review() {
+  local dir
+  for dir in .gpu/memory-review ../shared/memory-review; do
+    if [[ -f $dir/run_gpu.sh ]]; then
+      OUT="$OUT/review" bash "$dir/run_gpu.sh" | tee "$OUT/review.txt"
+      ! grep -q "FAIL" "$OUT/review.txt"
+      return
+    fi
+  done
+  echo "no .gpu/memory-review (make gpu-prepare copies it from ../shared): skipped"
+}
+
 memory_bench() {
   local extra=()
   eval "extra=(${MEMORY_ARGS:-})"
@@ -248,9 +263,9 @@ main() {
   for arg in "${@:-all}"; do
     case $arg in
       all) parts+=(rust tests stages conformance bench) ;;
-      rust | tests | bench | rustbench | stages | gap | conformance | threads | graphed | interleaved | memory | fresh | ab) parts+=("$arg") ;;
+      rust | tests | bench | rustbench | stages | gap | conformance | threads | graphed | interleaved | memory | review | fresh | ab) parts+=("$arg") ;;
       *)
-        echo "gpu-run: unknown part '$arg' (rust, tests, stages, gap, conformance, bench, rustbench, threads, graphed, interleaved, memory, fresh, ab, all)"
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, gap, conformance, bench, rustbench, threads, graphed, interleaved, memory, review, fresh, ab, all)"
         return 2
         ;;
     esac
@@ -270,6 +285,7 @@ main() {
       graphed) name="benchmarks/graphed.py (graphed steps)" fn=graphed_bench ;;
       interleaved) name="benchmarks/interleaved.py (cases D, B and C, interleaved)" fn=interleaved_bench ;;
       memory) name="benchmarks/memory.py (the memory API, interleaved)" fn=memory_bench ;;
+      review) name="the memory review's repros" fn=memory_review ;;
       fresh) name="scripts/fresh-wheel.sh (the wheel alone, fresh venv)" fn=fresh ;;
       ab) name="benchmarks/ab_probe.py (.whl-old against .whl)" fn=ab ;;
     esac
