@@ -27,6 +27,8 @@ if sys.argv[1] == "installed":
     import fastlaunch
     fastlaunch.install()
 import numpy as np
+if not hasattr(np, "row_stack"):  # numba-cuda 0.30 names it; NumPy 2.5 dropped it
+    np.row_stack = np.vstack
 from numba import cuda
 from cuda.bindings import driver as drv
 
