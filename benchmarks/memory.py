@@ -12,7 +12,9 @@ What is timed (µs per call, host time; the context synchronized, untimed, befor
   ``cuMemAlloc`` + ``cuMemcpyHtoD`` + ``cuMemFree``. fastlaunch may return once the host bytes
   are staged (the copy runs on, ordered before every later use).
 - ``device_array``: ``cuda.device_array(n)``; ``cupy.empty``; ``torch.empty``; the driver
-  ``cuMemAllocAsync`` + ``cuMemFreeAsync`` (the pool the others sit on).
+  ``cuMemAllocAsync`` + ``cuMemFreeAsync`` (the device's current pool, which CuPy's and
+  torch's stream-ordered allocators may share); ``driver-own-pool``: the same from a pool of
+  one's own (``cuMemAllocFromPoolAsync``, what fastlaunch allocates from).
 - ``copy_to_host``: ``d.copy_to_host()`` (a new host array); CuPy ``get()``; torch ``cpu()``;
   the driver ``cuMemcpyDtoH`` into an existing host buffer.
 - ``stream``: ``cuda.stream()`` (and its release); ``cupy.cuda.Stream()``;
@@ -67,7 +69,7 @@ OPS = (
     "tutorial_call",
     "host_args_call",
 )
-LIBRARIES = ("numba-cuda", "fastlaunch", "cupy", "torch", "driver")
+LIBRARIES = ("numba-cuda", "fastlaunch", "cupy", "torch", "driver", "driver-own-pool")
 #: Elements of the Black-Scholes-shaped call (numba-examples' size is larger; a tutorial's).
 OPTIONS = 4096
 
@@ -323,15 +325,19 @@ def torch_variants(np: Any, sizes) -> list[Variant]:
     return out
 
 
+def check(result: Any) -> Any:
+    """A cuda.bindings call's values, its error raised."""
+    from cuda.bindings import driver
+
+    error, *values = result if isinstance(result, tuple) else (result,)
+    if error != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuda.bindings: {error}")
+    return values[0] if len(values) == 1 else values
+
+
 def driver_variants(np: Any, sizes) -> list[Variant]:
     """The driver through cuda.bindings, in numba-cuda's context (current on this thread)."""
     from cuda.bindings import driver
-
-    def check(result: Any) -> Any:
-        error, *values = result if isinstance(result, tuple) else (result,)
-        if error != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuda.bindings: {error}")
-        return values[0] if len(values) == 1 else values
 
     out = []
     for nbytes in sizes:
@@ -369,6 +375,31 @@ def driver_variants(np: Any, sizes) -> list[Variant]:
     return out
 
 
+def own_pool_variants(sizes) -> list[Variant]:
+    """``device_array``'s driver calls from a pool of one's own (``cuMemPoolCreate``, what
+    fastlaunch allocates from, keeping everything): beside the ``driver`` row (the device's
+    current pool), what a pool of one's own costs."""
+    from cuda.bindings import driver
+
+    props = driver.CUmemPoolProps()
+    props.allocType = driver.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    props.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    props.location.id = 0
+    pool = check(driver.cuMemPoolCreate(props))
+    threshold = driver.cuuint64_t(2**64 - 1)
+    attribute = driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+    check(driver.cuMemPoolSetAttribute(pool, attribute, threshold))
+
+    def pool_alloc(n: int) -> None:
+        pointer = check(driver.cuMemAllocFromPoolAsync(n, pool, 0))
+        check(driver.cuMemFreeAsync(pointer, 0))
+
+    return [
+        Variant("device_array", n, "driver-own-pool", lambda n=n: pool_alloc(n), 200, False)
+        for n in sizes
+    ]
+
+
 def build(libraries: set[str], ops: set[str]) -> list[Variant]:
     apply_numpy_shim()
     import numpy as np
@@ -388,6 +419,7 @@ def build(libraries: set[str], ops: set[str]) -> list[Variant]:
         "cupy": lambda: cupy_variants(fast_kernel, np, sizes),
         "torch": lambda: torch_variants(np, sizes),
         "driver": lambda: driver_variants(np, sizes),
+        "driver-own-pool": lambda: own_pool_variants(sizes),
     }
     variants = []
     for library in LIBRARIES:
