@@ -305,3 +305,29 @@ print("pools", fake.fake_pools_created())
 """
     )
     assert lines == ["idle 1 pools 1", "False False", "pools 2"]
+
+
+def test_a_stream_of_another_context_is_followed_as_a_non_blocking_one(run_on_stand_in):
+    """numba-cuda allocates and copies in the current context whatever context the stream
+    belongs to; such a stream (another device's) is not ordered with the current context's
+    legacy stream, so the free there waits for an event recorded on it, as for a
+    non-blocking stream."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+fake.cuCtxPushCurrent_v2.argtypes = [ctypes.c_void_p]
+OTHER = _core.stream_create(False)  # a blocking stream of the primary context
+elsewhere = ctypes.create_string_buffer(8)  # another context
+fake.cuCtxPushCurrent_v2(ctypes.addressof(elsewhere))
+allocation._contexts[_core.context_key()] = context
+allocation._proxies[_core.context_key()] = weakref.proxy(context)
+stream = numba_driver.Context.create_external_stream(None, OTHER)
+d = fl.to_device(np.arange(8.0), stream=stream)
+before = fake.fake_stream_waits()
+del d
+gc.collect()
+context.deallocations.clear()
+print("free waited", fake.fake_stream_waits() - before)
+"""
+    )
+    assert lines == ["free waited 1"]
