@@ -379,6 +379,20 @@ def out_of_memory_code() -> int:
     return int(cudadrv_driver().binding.CUresult.CUDA_ERROR_OUT_OF_MEMORY)
 
 
+def driver_error_class() -> type:
+    """numba-cuda's ``CudaDriverError`` (what its driver raises in a forked child)."""
+    from numba.cuda.cudadrv.error import CudaDriverError
+
+    return CudaDriverError
+
+
+def api_error_class() -> type:
+    """numba-cuda's ``CudaAPIError`` (what its driver raises for a failed call)."""
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    return CudaAPIError
+
+
 def cuda_api_error(code: int, message: str) -> Exception:
     """numba-cuda's ``CudaAPIError``, as its driver raises it for a failed call."""
     driver = cudadrv_driver()

@@ -66,11 +66,11 @@ def _driver_error_class() -> type:
         from cuda.core._utils.cuda_utils import CUDAError as core_error
     except ImportError:  # pragma: no cover - cuda.core comes with numba-cuda
         core_error = RuntimeError
+    from fastlaunch import _numba_compat  # imports this module: not at the top
+
     bases: tuple[type, ...] = (CudaError, core_error)
     try:
-        from numba.cuda.cudadrv.driver import CudaAPIError
-
-        bases += (CudaAPIError,)
+        bases += (_numba_compat.api_error_class(),)
     except (ImportError, AttributeError):  # pragma: no cover - numba-cuda is a dependency
         pass  # (AttributeError: a numba this numba-cuda cannot import with)
 
@@ -134,8 +134,10 @@ def _forked_error_class() -> type:
     """What fastlaunch raises in a child forked after its parent initialised CUDA: a
     ``CudaUnavailableError`` that is also numba-cuda's ``CudaDriverError`` (which numba-cuda
     raises there, "CUDA initialized before forking"), so code catching either catches it."""
+    from fastlaunch import _numba_compat  # imports this module: not at the top
+
     try:
-        from numba.cuda.cudadrv.error import CudaDriverError as numba_driver_error
+        numba_driver_error = _numba_compat.driver_error_class()
     except ImportError:  # pragma: no cover - numba-cuda is a dependency
         numba_driver_error = Exception
 
