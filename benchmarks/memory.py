@@ -3,7 +3,8 @@
 torch's and the driver's (through cuda.bindings), in one process.
 
 usage: python3 benchmarks/memory.py [--out DIR] [--rounds 15] [--seconds 150] [--seed 0]
-           [--libraries numba-cuda,fastlaunch,cupy,torch,driver] [--ops to_device,...]
+           [--libraries numba-cuda,fastlaunch,cupy,torch,driver,driver-own-pool,cupy-rawkernel]
+           [--ops to_device,...]
 
 What is timed (µs per call, host time; the context synchronized, untimed, before each batch):
 
@@ -29,15 +30,39 @@ What is timed (µs per call, host time; the context synchronized, untimed, befor
   the fastlaunch kernel.
 - ``host_args_call``: the same kernel called on the five host NumPy arrays (numba-cuda copies
   each in, then back): numba-cuda's kernel, and fastlaunch's.
+- ``launch_new``: the cost fresh arrays add to a launch: "make five float32[4096] arrays, then
+  launch one kernel over them" minus "make the five arrays alone" (see Differences below);
+  both drop the arrays at the end, so what the launch adds to their free is in the share.
+  The kernel: ``out[i] = a[i] + b[i] * c[i] - d[i]`` over the five arrays, grid 16 x block
+  256. ``library`` is the arrays' source: ``numba-cuda``, ``cuda.device_array`` under
+  ``fastlaunch.install()``; ``cupy``, ``cupy.empty``; ``torch``, ``torch.empty(...,
+  device="cuda")``; those three launched by the same fastlaunch kernel, installed (so only the
+  arrays' source differs); ``cupy-rawkernel``: ``cupy.empty`` arrays launched by a
+  ``cupy.RawKernel`` of the same work in CUDA C (``k((16,), (256,), (a, b, c, d, e, n))``).
+- ``launch_reused``: the same launch over five arrays made once and reused: the launch alone,
+  the same four libraries.
+- ``stream_new``: the cost a new stream adds to a launch: the launch on a new ``cuda.stream()``
+  per call (installed: fastlaunch's pooled numba streams) minus the same launch on one reused
+  ``cuda.stream()``, both over reused numba arrays (library ``numba-cuda``, installed).
+
+Differences (``launch_new``, ``stream_new``): the two halves are two variants, each timed in
+every round like any other (their own batches, in the shuffled order). The row's median is
+the median of the whole minus the median of the half subtracted (each median robust to slow
+rounds on its own); its p10 and p90 are those of the per-round differences (whole minus half
+of the same round), so a round slow for both cancels out. Being of different statistics, the
+median may fall outside p10-p90 when the halves vary a lot: read ``whole_median_us`` and
+``subtracted_median_us`` (in the JSON) beside it.
 
 ``--steps N`` also times the Black-Scholes-shaped call step by step under
 ``fastlaunch.install()`` (DIR/memory-steps.md): where its time goes.
 
 numba-cuda's rows run with fastlaunch uninstalled and fastlaunch's with it installed (switched,
-untimed, before each batch), so neither borrows the other's code. Each round runs every variant
-once, one batch each, in an order shuffled per round; per variant the median, p10 and p90 over
-the rounds. Writes DIR/memory.md and DIR/memory.json (``rows``: ``{"op", "bytes", "library",
-"median_us", "p10_us", "p90_us"}``).
+untimed, before each batch), so neither borrows the other's code; the fresh-object rows
+(``launch_*``, ``stream_new``) name the arrays' source, and all but ``cupy-rawkernel`` run
+installed. Each round runs every variant once, one batch each, in an order shuffled per
+round; per variant the median, p10 and p90 over the rounds. Writes DIR/memory.md and
+DIR/memory.json (``rows``: ``{"op", "bytes", "library", "median_us", "p10_us", "p90_us"}``,
+and for a difference ``"whole_median_us"`` and ``"subtracted_median_us"``).
 """
 
 from __future__ import annotations
@@ -68,10 +93,23 @@ OPS = (
     "synchronize",
     "tutorial_call",
     "host_args_call",
+    "launch_new",
+    "launch_reused",
+    "stream_new",
 )
-LIBRARIES = ("numba-cuda", "fastlaunch", "cupy", "torch", "driver", "driver-own-pool")
+LIBRARIES = (
+    "numba-cuda",
+    "fastlaunch",
+    "cupy",
+    "torch",
+    "driver",
+    "driver-own-pool",
+    "cupy-rawkernel",
+)
 #: Elements of the Black-Scholes-shaped call (numba-examples' size is larger; a tutorial's).
 OPTIONS = 4096
+#: The fresh-object rows' arrays (float32) and launch: one thread per element.
+LAUNCH_ELEMENTS, LAUNCH_GRID, LAUNCH_BLOCK = 4096, 16, 256
 
 
 @dataclass
@@ -84,6 +122,26 @@ class Variant:
     batch: int
     installed: bool
     seconds: list[float] = field(default_factory=list)
+    #: a variant timed in the same rounds whose time this one's row subtracts (a difference:
+    #: the share of the call that the two do not have in common)
+    minus: Variant | None = None
+    #: timed only to be another variant's ``minus``: no row of its own
+    subtracted: bool = False
+
+
+def difference(
+    op: str,
+    nbytes: int,
+    library: str,
+    whole: Callable[[], Any],
+    part: Callable[[], Any],
+    batch: int,
+    installed: bool,
+) -> list[Variant]:
+    """A row of ``whole`` minus ``part``: two variants, each timed in every round like any
+    other, so both see the same spells of the machine."""
+    subtracted = Variant(op, nbytes, library, part, batch, installed, subtracted=True)
+    return [Variant(op, nbytes, library, whole, batch, installed, minus=subtracted), subtracted]
 
 
 def black_scholes_source() -> str:
@@ -131,6 +189,152 @@ def make_kernels() -> tuple[Any, Any]:
     exec(black_scholes_source(), namespace)
     namespace["cnd_device"] = numba_jit(device=True)(namespace["cnd"])
     return numba_jit(namespace["black_scholes"]), fastlaunch.jit(namespace["black_scholes"])
+
+
+def elementwise_source() -> str:
+    """The fresh-object rows' kernel: trivial work over five float32 arrays, so the launch,
+    not the GPU, is what is timed."""
+    return """
+from numba import cuda
+
+def elementwise(out, a, b, c, d):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = a[i] + b[i] * c[i] - d[i]
+"""
+
+
+#: ``elementwise_source``'s kernel in CUDA C, for ``cupy.RawKernel`` (``n``: the elements,
+#: which numba's kernel reads from the array's shape).
+ELEMENTWISE_C = r"""
+extern "C" __global__ void elementwise(
+    float* out, const float* a, const float* b, const float* c, const float* d, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        out[i] = a[i] + b[i] * c[i] - d[i];
+    }
+}
+"""
+
+
+def make_elementwise() -> Any:
+    """``elementwise_source``'s kernel compiled by fastlaunch: one kernel object for every
+    array source, so the rows differ only in the arrays."""
+    import fastlaunch
+
+    namespace: dict[str, Any] = {}
+    exec(elementwise_source(), namespace)
+    return fastlaunch.jit(namespace["elementwise"])
+
+
+def launch_variants(
+    library: str, empty: Callable[[], Any], kernel: Any, installed: bool, rawkernel: bool = False
+) -> list[Variant]:
+    """``launch_new`` and ``launch_reused`` over arrays from ``empty()`` (one new float32 array
+    of ``LAUNCH_ELEMENTS``): ``kernel`` is the fastlaunch kernel, or with ``rawkernel`` a
+    ``cupy.RawKernel`` of ``ELEMENTWISE_C``. The launch is written out in each function, not
+    called through a helper, so no row pays a Python call the others do not."""
+    import numpy as np
+
+    nbytes = LAUNCH_ELEMENTS * 4
+    grid, block = LAUNCH_GRID, LAUNCH_BLOCK
+    grid1, block1, n = (LAUNCH_GRID,), (LAUNCH_BLOCK,), np.int32(LAUNCH_ELEMENTS)
+    kept = tuple(empty() for _ in range(5))
+
+    # the five arrays live together until the function returns, in both halves alike (the
+    # same statement; the names unused here), so the pool sees the same allocations and frees
+    # with and without the launch
+    def arrays_alone() -> None:
+        _a, _b, _c, _d, _e = empty(), empty(), empty(), empty(), empty()
+
+    if rawkernel:
+
+        def launch_new() -> None:
+            a, b, c, d, e = empty(), empty(), empty(), empty(), empty()
+            kernel(grid1, block1, (a, b, c, d, e, n))
+
+        def launch_reused(a=kept[0], b=kept[1], c=kept[2], d=kept[3], e=kept[4]) -> None:
+            kernel(grid1, block1, (a, b, c, d, e, n))
+
+    else:
+
+        def launch_new() -> None:
+            a, b, c, d, e = empty(), empty(), empty(), empty(), empty()
+            kernel[grid, block](a, b, c, d, e)
+
+        def launch_reused(a=kept[0], b=kept[1], c=kept[2], d=kept[3], e=kept[4]) -> None:
+            kernel[grid, block](a, b, c, d, e)
+
+    return [
+        *difference("launch_new", nbytes, library, launch_new, arrays_alone, 100, installed),
+        Variant("launch_reused", nbytes, library, launch_reused, 200, installed),
+    ]
+
+
+def stream_variants(cuda: Any, kernel: Any, np: Any) -> list[Variant]:
+    """``stream_new``: the fastlaunch kernel on a new ``cuda.stream()`` per call minus on one
+    reused stream, over reused numba arrays. Made under ``fastlaunch.install()`` (the arrays
+    and the reused stream are then fastlaunch's, as the rows' new streams are)."""
+    nbytes = LAUNCH_ELEMENTS * 4
+    grid, block = LAUNCH_GRID, LAUNCH_BLOCK
+    a0, b0, c0, d0, e0 = (cuda.device_array(LAUNCH_ELEMENTS, dtype=np.float32) for _ in range(5))
+    kept_stream = cuda.stream()
+
+    def stream_new(a=a0, b=b0, c=c0, d=d0, e=e0) -> None:
+        stream = cuda.stream()  # back in the pool when collected, at the return
+        kernel[grid, block, stream](a, b, c, d, e)
+
+    def one_stream(a=a0, b=b0, c=c0, d=d0, e=e0, stream=kept_stream) -> None:
+        kernel[grid, block, stream](a, b, c, d, e)
+
+    return difference("stream_new", nbytes, "numba-cuda", stream_new, one_stream, 100, True)
+
+
+def numba_launch_variants(cuda: Any, kernel: Any, np: Any) -> list[Variant]:
+    """The fresh-object rows over numba arrays; made under ``fastlaunch.install()``, so
+    ``cuda.device_array`` and ``cuda.stream`` are fastlaunch's here and when timed."""
+    return [
+        *launch_variants(
+            "numba-cuda",
+            lambda: cuda.device_array(LAUNCH_ELEMENTS, dtype=np.float32),
+            kernel,
+            True,
+        ),
+        *stream_variants(cuda, kernel, np),
+    ]
+
+
+def cupy_launch_variants(kernel: Any) -> list[Variant]:
+    import cupy
+
+    return launch_variants(
+        "cupy", lambda: cupy.empty(LAUNCH_ELEMENTS, dtype=cupy.float32), kernel, True
+    )
+
+
+def torch_launch_variants(kernel: Any) -> list[Variant]:
+    import torch
+
+    return launch_variants(
+        "torch",
+        lambda: torch.empty(LAUNCH_ELEMENTS, dtype=torch.float32, device="cuda"),
+        kernel,
+        True,
+    )
+
+
+def cupy_rawkernel_variants() -> list[Variant]:
+    import cupy
+
+    kernel = cupy.RawKernel(ELEMENTWISE_C, "elementwise")
+    kernel.compile()  # compiled here, not in a round's warm-up call
+    return launch_variants(
+        "cupy-rawkernel",
+        lambda: cupy.empty(LAUNCH_ELEMENTS, dtype=cupy.float32),
+        kernel,
+        False,
+        rawkernel=True,
+    )
 
 
 def tutorial_inputs(np: Any) -> tuple[Any, Any, Any]:
@@ -409,28 +613,43 @@ def build(libraries: set[str], ops: set[str]) -> list[Variant]:
 
     fastlaunch.uninstall()
     numba_kernel, fast_kernel = make_kernels()
+    elementwise = make_elementwise()
     cuda.synchronize()  # numba-cuda's context current on this thread, for the driver's rows
     sizes = (SMALL, LARGE)
-    makers: dict[str, Callable[[], list[Variant]]] = {
-        "numba-cuda": lambda: numba_api_variants("numba-cuda", cuda, numba_kernel, np, sizes),
-        "fastlaunch": lambda: installed(
-            lambda: numba_api_variants("fastlaunch", cuda, fast_kernel, np, sizes)
-        ),
-        "cupy": lambda: cupy_variants(fast_kernel, np, sizes),
-        "torch": lambda: torch_variants(np, sizes),
-        "driver": lambda: driver_variants(np, sizes),
-        "driver-own-pool": lambda: own_pool_variants(sizes),
+    # per library, its groups of rows, each made on its own: a group that fails (the library
+    # missing here, or the fresh-object rows) leaves the library's other rows measured
+    makers: dict[str, list[Callable[[], list[Variant]]]] = {
+        "numba-cuda": [
+            lambda: numba_api_variants("numba-cuda", cuda, numba_kernel, np, sizes),
+            lambda: installed(lambda: numba_launch_variants(cuda, elementwise, np)),
+        ],
+        "fastlaunch": [
+            lambda: installed(
+                lambda: numba_api_variants("fastlaunch", cuda, fast_kernel, np, sizes)
+            )
+        ],
+        "cupy": [
+            lambda: cupy_variants(fast_kernel, np, sizes),
+            lambda: cupy_launch_variants(elementwise),
+        ],
+        "torch": [lambda: torch_variants(np, sizes), lambda: torch_launch_variants(elementwise)],
+        "driver": [lambda: driver_variants(np, sizes)],
+        "driver-own-pool": [lambda: own_pool_variants(sizes)],
+        "cupy-rawkernel": [cupy_rawkernel_variants],
     }
     variants = []
     for library in LIBRARIES:
         if library not in libraries:
             continue
-        try:
-            made = makers[library]()
-        except Exception as error:  # a library missing here: reported, not fatal
-            print(f"memory.py: {library}: not measured ({type(error).__name__}: {error})")
-            continue
-        variants += [v for v in made if v.op in ops]
+        for make in makers[library]:
+            try:
+                made = make()
+            except Exception as error:  # a library missing here: reported, not fatal
+                print(f"memory.py: {library}: not measured ({type(error).__name__}: {error})")
+                if isinstance(error, ImportError):
+                    break  # its other groups would fail the same way
+                continue
+            variants += [v for v in made if v.op in ops]
     return variants
 
 
@@ -599,15 +818,31 @@ def rows(variants: list[Variant]) -> list[dict[str, Any]]:
     for v in sorted(
         variants, key=lambda v: (OPS.index(v.op), v.nbytes, LIBRARIES.index(v.library))
     ):
+        if v.subtracted:
+            continue  # reported in the row it is subtracted from
         us = sorted(s * 1e6 for s in v.seconds)
+        median, p10, p90 = (_percentile(us, q) for q in (50, 10, 90))
+        extra: dict[str, float] = {}
+        if v.minus is not None:
+            # the difference of the medians; the spread from the rounds' own differences
+            # (both halves run in every round, so pairing them by round is sound)
+            part = sorted(s * 1e6 for s in v.minus.seconds)
+            paired = sorted((w - p) * 1e6 for w, p in zip(v.seconds, v.minus.seconds, strict=True))
+            median = _percentile(us, 50) - _percentile(part, 50)
+            p10, p90 = _percentile(paired, 10), _percentile(paired, 90)
+            extra = {
+                "whole_median_us": round(_percentile(us, 50), 3),
+                "subtracted_median_us": round(_percentile(part, 50), 3),
+            }
         out.append(
             {
                 "op": v.op,
                 "bytes": v.nbytes,
                 "library": v.library,
-                "median_us": round(_percentile(us, 50), 3),
-                "p10_us": round(_percentile(us, 10), 3),
-                "p90_us": round(_percentile(us, 90), 3),
+                "median_us": round(median, 3),
+                "p10_us": round(p10, 3),
+                "p90_us": round(p90, 3),
+                **extra,
             }
         )
     return out
@@ -625,8 +860,12 @@ def markdown(table: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "- Libraries: " + ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items()),
         "",
         "µs per call, median (p10–p90) over the rounds. `bytes` is the array's size (the "
-        "Black-Scholes-shaped calls: one of its five arrays). What each library's row calls: "
-        "the docstring of `benchmarks/memory.py`.",
+        "Black-Scholes-shaped calls and the launch rows: one of their five arrays). What each "
+        "library's row calls: the docstring of `benchmarks/memory.py`. `launch_new` and "
+        "`stream_new` are differences (the launch with new arrays, or on a new stream, minus "
+        "the arrays alone, or the launch on one stream): the difference of the medians, and "
+        "p10–p90 of the rounds' differences. Their columns, and `launch_reused`'s, name the "
+        "arrays' source, launched by fastlaunch installed (`cupy-rawkernel`: by CuPy).",
         "",
     ]
     ops_sizes = sorted(

@@ -44,6 +44,7 @@
 #              Black-Scholes-shaped call, a kernel on host arrays) against fastlaunch installed,
 #              CuPy, torch and the driver, interleaved; e.g. MEMORY_ARGS="--rounds 10"; not part
 #              of `all`
+#              now with the fresh-object launch rows: launch_new, launch_reused, stream_new
 #   review     the outside review's repros of the memory API (.gpu/memory-review/run_gpu.sh, which
 #              make gpu-prepare copies from ../shared/memory-review): each prints
 #              REPRO <name> PASS|FAIL; the part fails if any says FAIL; not part of `all`
