@@ -35,7 +35,8 @@ pub(crate) struct ContextMemory {
     /// the host has seen done (`ordering::settle_legacy_work`).
     pub(crate) legacy_work: AtomicU64,
     pub(crate) settled_work: AtomicU64,
-    /// Pool frees a stream capture refused: made at the next call that may make them.
+    /// Pool frees a stream capture refused: made at the next call that may make them. The
+    /// counts are kept under the locks; calls that find none skip the locks.
     deferred_frees: Mutex<Vec<u64>>,
     deferred_count: AtomicUsize,
     /// Allocations made with `cuMemAlloc` while a capture refused the pool's (freed with
@@ -143,11 +144,12 @@ impl ContextMemory {
 
     /// Keeps a pool free that a capture refused, for [`ContextMemory::take_deferred_frees`].
     pub(crate) fn defer_free(&self, pointer: u64) {
-        self.deferred_frees
+        let mut deferred = self
+            .deferred_frees
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(pointer);
-        self.deferred_count.fetch_add(1, Ordering::Release);
+            .unwrap_or_else(|p| p.into_inner());
+        deferred.push(pointer);
+        self.deferred_count.store(deferred.len(), Ordering::Release);
     }
 
     /// The frees deferred so far (none: no lock taken).
@@ -155,23 +157,21 @@ impl ContextMemory {
         if self.deferred_count.load(Ordering::Acquire) == 0 {
             return Vec::new();
         }
-        let taken = std::mem::take(
-            &mut *self
-                .deferred_frees
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
-        self.deferred_count
-            .fetch_sub(taken.len(), Ordering::Release);
-        taken
+        let mut deferred = self
+            .deferred_frees
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        self.deferred_count.store(0, Ordering::Release);
+        std::mem::take(&mut *deferred)
     }
 
     pub(crate) fn note_plain_allocation(&self, pointer: u64) {
-        self.plain_allocations
+        let mut plain = self
+            .plain_allocations
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(pointer);
-        self.plain_count.fetch_add(1, Ordering::Release);
+            .unwrap_or_else(|p| p.into_inner());
+        plain.push(pointer);
+        self.plain_count.store(plain.len(), Ordering::Release);
     }
 
     /// Whether `pointer` was a plain allocation ([`ContextMemory::note_plain_allocation`]);
@@ -188,7 +188,7 @@ impl ContextMemory {
             return false;
         };
         plain.swap_remove(index);
-        self.plain_count.fetch_sub(1, Ordering::Release);
+        self.plain_count.store(plain.len(), Ordering::Release);
         true
     }
 }
