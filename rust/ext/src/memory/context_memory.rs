@@ -35,14 +35,53 @@ pub(crate) struct ContextMemory {
     /// the host has seen done (`ordering::settle_legacy_work`).
     pub(crate) legacy_work: AtomicU64,
     pub(crate) settled_work: AtomicU64,
-    /// Pool frees a stream capture refused: made at the next call that may make them. The
-    /// counts are kept under the locks; calls that find none skip the locks.
-    deferred_frees: Mutex<Vec<u64>>,
-    deferred_count: AtomicUsize,
+    /// Pool frees a stream capture refused: made at the next call that may make them.
+    deferred_frees: Pointers,
     /// Allocations made with `cuMemAlloc` while a capture refused the pool's (freed with
     /// `cuMemFree`).
-    plain_allocations: Mutex<Vec<u64>>,
-    plain_count: AtomicUsize,
+    plain_allocations: Pointers,
+}
+
+/// Device pointers kept aside, usually none: their count, kept under the lock, lets the
+/// calls that find none skip the lock.
+#[derive(Default)]
+struct Pointers {
+    list: Mutex<Vec<u64>>,
+    count: AtomicUsize,
+}
+
+impl Pointers {
+    fn list(&self) -> Option<std::sync::MutexGuard<'_, Vec<u64>>> {
+        (self.count.load(Ordering::Acquire) != 0)
+            .then(|| self.list.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn push(&self, pointer: u64) {
+        let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        list.push(pointer);
+        self.count.store(list.len(), Ordering::Release);
+    }
+
+    fn take_all(&self) -> Vec<u64> {
+        let Some(mut list) = self.list() else {
+            return Vec::new();
+        };
+        self.count.store(0, Ordering::Release);
+        std::mem::take(&mut *list)
+    }
+
+    /// Whether `pointer` was kept; it is not any more.
+    fn remove(&self, pointer: u64) -> bool {
+        let Some(mut list) = self.list() else {
+            return false;
+        };
+        let Some(index) = list.iter().position(|&p| p == pointer) else {
+            return false;
+        };
+        list.swap_remove(index);
+        self.count.store(list.len(), Ordering::Release);
+        true
+    }
 }
 
 /// Set at interpreter exit ([`at_exit`]): from then on nothing is given back to the driver.
@@ -123,10 +162,8 @@ impl ContextMemory {
             ordering: ManuallyDrop::new(Mutex::new(StreamOrdering::new(driver)?)),
             legacy_work: AtomicU64::new(0),
             settled_work: AtomicU64::new(0),
-            deferred_frees: Mutex::new(Vec::new()),
-            deferred_count: AtomicUsize::new(0),
-            plain_allocations: Mutex::new(Vec::new()),
-            plain_count: AtomicUsize::new(0),
+            deferred_frees: Pointers::default(),
+            plain_allocations: Pointers::default(),
         })
     }
 
@@ -144,52 +181,22 @@ impl ContextMemory {
 
     /// Keeps a pool free that a capture refused, for [`ContextMemory::take_deferred_frees`].
     pub(crate) fn defer_free(&self, pointer: u64) {
-        let mut deferred = self
-            .deferred_frees
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        deferred.push(pointer);
-        self.deferred_count.store(deferred.len(), Ordering::Release);
+        self.deferred_frees.push(pointer);
     }
 
     /// The frees deferred so far (none: no lock taken).
     pub(crate) fn take_deferred_frees(&self) -> Vec<u64> {
-        if self.deferred_count.load(Ordering::Acquire) == 0 {
-            return Vec::new();
-        }
-        let mut deferred = self
-            .deferred_frees
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        self.deferred_count.store(0, Ordering::Release);
-        std::mem::take(&mut *deferred)
+        self.deferred_frees.take_all()
     }
 
     pub(crate) fn note_plain_allocation(&self, pointer: u64) {
-        let mut plain = self
-            .plain_allocations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        plain.push(pointer);
-        self.plain_count.store(plain.len(), Ordering::Release);
+        self.plain_allocations.push(pointer);
     }
 
     /// Whether `pointer` was a plain allocation ([`ContextMemory::note_plain_allocation`]);
     /// it is forgotten (it is being freed).
     pub(crate) fn take_plain_allocation(&self, pointer: u64) -> bool {
-        if self.plain_count.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        let mut plain = self
-            .plain_allocations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let Some(index) = plain.iter().position(|&p| p == pointer) else {
-            return false;
-        };
-        plain.swap_remove(index);
-        self.plain_count.store(plain.len(), Ordering::Release);
-        true
+        self.plain_allocations.remove(pointer)
     }
 }
 
