@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from test_cpu_memory_api import PRELUDE as MEMORY_API_PRELUDE
 
-PRELUDE = (
-    MEMORY_API_PRELUDE
-    + """
+#: `launch(stream, array)`: a one-array kernel launched on the stand-in (which has no kernels:
+#: its overload registered by hand), on `stream` (None: written without one)
+LAUNCH = """
 from fastlaunch.dispatcher import numba_type
-
-fake.fake_stream_waits.restype = ctypes.c_size_t
-fake.fake_last_waiting_stream.restype = ctypes.c_void_p
 
 COMPILED = _core.CompiledKernel(b"fake image", "fake_entry")
 
@@ -26,7 +23,18 @@ def launch(stream, array):
     fingerprint = _core.fingerprint((array,))
     types = tuple(numba_type(d) for d in _core.describe(fingerprint))
     one._register(fingerprint, 90, types, COMPILED)
-    one[1, 1, stream](array)
+    if stream is None:
+        one[1, 1](array)
+    else:
+        one[1, 1, stream](array)
+"""
+
+PRELUDE = (
+    MEMORY_API_PRELUDE
+    + LAUNCH
+    + """
+fake.fake_stream_waits.restype = ctypes.c_size_t
+fake.fake_last_waiting_stream.restype = ctypes.c_void_p
 
 NON_BLOCKING = _core.stream_create(True)
 BLOCKING = _core.stream_create(False)

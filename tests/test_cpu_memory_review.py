@@ -7,31 +7,20 @@ while a blocking stream is captured. The GPU twins are in `test_gpu_memory_revie
 from __future__ import annotations
 
 from test_cpu_memory_api import PRELUDE as MEMORY_API_PRELUDE
+from test_cpu_memory_ordering import LAUNCH
 
 PRELUDE = (
     MEMORY_API_PRELUDE
+    + LAUNCH
     + """
 import threading, time, warnings
-from fastlaunch.dispatcher import numba_type
 
 for name in ("fake_stream_waits", "fake_event_records", "fake_sync_copies", "fake_pool_trims",
              "fake_plain_allocations", "fake_plain_frees", "fake_captured_allocations"):
     getattr(fake, name).restype = ctypes.c_size_t
-COMPILED = _core.CompiledKernel(b"fake image", "fake_entry")  # the stand-in has no kernels
+fake.cuStreamBeginCapture_v2.argtypes = [ctypes.c_void_p, ctypes.c_int]
+fake.cuStreamEndCapture.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
 warnings.simplefilter("ignore")
-
-@fl.jit
-def one(a):
-    pass
-
-def launch(stream, array):
-    fingerprint = _core.fingerprint((array,))
-    types = tuple(numba_type(d) for d in _core.describe(fingerprint))
-    one._register(fingerprint, 90, types, COMPILED)
-    if stream is None:
-        one[1, 1](array)
-    else:
-        one[1, 1, stream](array)
 """
 )
 
@@ -179,8 +168,6 @@ def test_a_host_array_launch_on_a_captured_stream_is_refused_and_staging_keeps_w
     lines = run_on_stand_in(
         PRELUDE
         + """
-fake.cuStreamBeginCapture_v2.argtypes = [ctypes.c_void_p, ctypes.c_int]
-fake.cuStreamEndCapture.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
 S = _core.stream_create(False)
 fake.cuStreamBeginCapture_v2(S, 2)  # another library's capture (relaxed)
 try:
@@ -205,8 +192,6 @@ def test_allocations_and_frees_during_a_capture_are_what_numba_cuda_makes(run_on
     lines = run_on_stand_in(
         PRELUDE
         + """
-fake.cuStreamBeginCapture_v2.argtypes = [ctypes.c_void_p, ctypes.c_int]
-fake.cuStreamEndCapture.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
 S = _core.stream_create(False)
 stream = transfers.numba_cuda.cudadrv_driver().Stream
 kept = fl.device_array(16)

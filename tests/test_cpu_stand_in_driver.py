@@ -84,6 +84,13 @@ def put(address, data):
 def get(address, size):
     return ctypes.string_at(address, size)
 
+def pinned_copy(data):
+    # data copied from page-locked memory to new device memory on the legacy stream
+    source, target = pinned(len(data)), device(len(data))
+    put(source, data)
+    fake.cuMemcpyHtoDAsync_v2(target, source, len(data), LEGACY)
+    return target
+
 def status(handle):
     value = c_int(-1)
     code = fake.cuStreamIsCapturing(handle, byref(value))
@@ -178,9 +185,7 @@ def test_without_the_switch_every_copy_is_done_when_it_returns(run_on_stand_in):
     lines = run_on_stand_in(
         PRELUDE
         + """
-source, target = pinned(4), device(4)
-put(source, b"abcd")
-fake.cuMemcpyHtoDAsync_v2(target, source, 4, LEGACY)
+target = pinned_copy(b"abcd")
 pointer = c_uint64()
 fake.cuMemAllocAsync(byref(pointer), 16, LEGACY)
 before = fake.fake_outstanding_allocations()
@@ -195,9 +200,7 @@ def test_a_launch_runs_the_queued_work_first_when_told_to(run_on_stand_in):
     script = (
         PRELUDE
         + """
-source, target = pinned(4), device(4)
-put(source, b"abcd")
-fake.cuMemcpyHtoDAsync_v2(target, source, 4, LEGACY)
+target = pinned_copy(b"abcd")
 fake.cuLaunchKernel()
 print(fake.fake_queued(), get(target, 4))
 """
@@ -230,9 +233,7 @@ def test_a_slow_event_wait_runs_the_queued_work(run_on_stand_in):
     lines = run_on_stand_in(
         PRELUDE
         + """
-source, target = pinned(4), device(4)
-put(source, b"abcd")
-fake.cuMemcpyHtoDAsync_v2(target, source, 4, LEGACY)
+target = pinned_copy(b"abcd")
 e = event()
 print(fake.cuEventQuery(e), fake.fake_queued())  # not done: nothing ran
 print(fake.cuEventSynchronize(e), fake.fake_queued(), get(target, 4))
