@@ -169,3 +169,29 @@ def test_the_supported_range_is_what_pyproject_declares():
     for refused in ["0.25.9", "0.31.0"]:
         assert not specifier.contains(refused)
     assert numba_cuda.supported_range() == ">=0.26,<0.31"
+
+
+def test_the_version_error_pickles_under_its_public_name():
+    import pickle
+
+    error = NumbaCudaVersionError("pre_launch_callbacks", "0.30", "0.28.2")
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is NumbaCudaVersionError
+    assert NumbaCudaVersionError.__module__ == "fastlaunch.errors"
+    assert (again.feature, again.needed, again.installed, str(again)) == (
+        "pre_launch_callbacks",
+        "0.30",
+        "0.28.2",
+        str(error),
+    )
+
+
+def test_the_seam_does_not_import_the_errors_module():
+    # errors builds its numba-cuda-derived classes from the seam: the seam must not import
+    # errors back (a circle)
+    imports = {
+        node.module
+        for node in ast.walk(ast.parse((PACKAGE / "_numba_compat.py").read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert "fastlaunch.errors" not in imports

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from fastlaunch.errors import NumbaCudaVersionError
+from fastlaunch._version_error import NumbaCudaVersionError
 
 #: numba-cuda versions fastlaunch supports: at least the first, below the second
 SUPPORTED: tuple[tuple[int, int], tuple[int, int]] = ((0, 26), (0, 31))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fastlaunch._version_error import NumbaCudaVersionError
+
 
 class CudaError(Exception):
     """Base class of every CUDA failure fastlaunch reports."""
@@ -31,21 +33,6 @@ class KernelArgumentError(TypeError):
         super().__init__(message)
         self.position = position
         self.name = name
-
-
-class NumbaCudaVersionError(NotImplementedError):
-    """A numba-cuda feature the installed numba-cuda lacks (``pre_launch_callbacks``, say, before
-    0.30). ``feature`` names it; ``needed`` is the first numba-cuda that has it; ``installed``
-    the version found."""
-
-    def __init__(self, feature: str, needed: str, installed: str) -> None:
-        super().__init__(
-            f"{feature} needs numba-cuda {needed} or newer; numba-cuda {installed} is installed "
-            f"(pip install 'numba-cuda>={needed}')"
-        )
-        self.feature = feature
-        self.needed = needed
-        self.installed = installed
 
 
 def _public(error_class: type) -> type:
@@ -174,4 +161,5 @@ __all__ = [
     "KernelArgumentError",
     "LaunchConfigurationError",
     "LaunchRefusedError",
+    "NumbaCudaVersionError",
 ]
