@@ -46,6 +46,10 @@ ENV_REPORT = "FASTLAUNCH_REPORT"
 #: set to 0 to leave numba-cuda's memory API (to_device, device_array, ...) numba-cuda's own
 #: while installed (``fastlaunch.memory``; on by default)
 ENV_MEMORY = "FASTLAUNCH_MEMORY_API"
+#: set to 0 to leave numba-cuda's CUDA ufunc and ``cuda.reduce`` calls numba-cuda's own while
+#: installed (``fastlaunch.ufuncs``; on by default; their kernels launch through fastlaunch
+#: either way)
+ENV_UFUNCS = "FASTLAUNCH_UFUNCS"
 
 _OFF = ("", "0", "false", "no", "off")
 
@@ -108,6 +112,7 @@ def install() -> Installation:
 
     from fastlaunch import _numpy_compat, dispatcher
     from fastlaunch.memory import install as memory_install
+    from fastlaunch.ufuncs import install as ufuncs_install
 
     _numpy_compat.apply()
     with _lock:
@@ -128,6 +133,8 @@ def install() -> Installation:
         cuda.jit = _installed_jit
         if not _env_off(ENV_MEMORY):
             memory_install.install()
+        if not _env_off(ENV_UFUNCS):
+            ufuncs_install.install()
         _log.debug("installed: numba.cuda.jit makes fastlaunch kernels")
         if _env_on(ENV_REPORT):
             _register_report()
@@ -143,6 +150,7 @@ def uninstall() -> None:
         if _installed_jit is None:
             return
         from fastlaunch.memory import install as memory_install
+        from fastlaunch.ufuncs import install as ufuncs_install
 
         if cuda is not None:
             if cuda.jit is _installed_jit:
@@ -153,6 +161,7 @@ def uninstall() -> None:
                     "left as it is"
                 )
         memory_install.uninstall()
+        ufuncs_install.uninstall()
         _original = _installed_jit = None
         _log.debug("uninstalled: numba.cuda.jit is numba-cuda's again")
 
@@ -274,6 +283,7 @@ def install_at_startup() -> None:
 __all__ = [
     "ENV_INSTALL",
     "ENV_REPORT",
+    "ENV_UFUNCS",
     "Installation",
     "install",
     "install_at_startup",

@@ -461,3 +461,58 @@ def numba_stream_handle(stream: Any) -> Any:
     """numba-cuda's reading of a stream argument (``driver._stream_handle``: 0, a numba-cuda
     ``Stream``, a ``cuda.core`` stream; its ``TypeError`` for anything else)."""
     return _stream_handle_reader()(stream)
+
+
+# -- ufuncs, gufuncs and reductions (fastlaunch.ufuncs) ----------------------------------------
+
+
+@functools.cache
+def ufunc_classes() -> tuple[type, type]:
+    """numba-cuda's ``CUDAUFuncDispatcher`` (what ``vectorize(target="cuda")`` makes) and
+    ``Reduce`` (``cuda.reduce``), whose ``__call__`` ``fastlaunch.ufuncs`` replaces."""
+    from numba.cuda.kernels.reduction import Reduce
+    from numba.cuda.vectorizers import CUDAUFuncDispatcher
+
+    return CUDAUFuncDispatcher, Reduce
+
+
+def ufunc_loop(typemap: Any, args: tuple) -> tuple[tuple, Any, Any, tuple]:
+    """numba-cuda's choice for a ufunc call over ``args``: the loop's argument dtypes, its
+    result dtype, its kernel, and the broadcast shape of the call. Raises what numba-cuda's
+    ``CUDAUFuncMechanism`` raises for arguments it refuses (no loop, ambiguous scalars,
+    shapes that do not broadcast)."""
+    from numba.cuda import deviceufunc
+    from numba.cuda.vectorizers import CUDAUFuncMechanism
+
+    # get_arguments() without its last step, which makes broadcast views of the arrays
+    mechanism = CUDAUFuncMechanism(typemap, args)
+    mechanism._fill_arrays()
+    mechanism._fill_argtypes()
+    mechanism._resolve_signature()
+    shapes = [
+        (1,) if i in mechanism.scalarpos else tuple(array.shape)
+        for i, array in enumerate(mechanism.arrays)
+    ]
+    shape = deviceufunc._multi_broadcast(*shapes)
+    result_dtype, kernel = mechanism.get_function()
+    return tuple(mechanism.argtypes), result_dtype, kernel, tuple(shape)
+
+
+def forall_block_size(dispatcher: Any, argtypes: tuple, sharedmem: int) -> int:
+    """The block size numba-cuda's ``forall`` gives ``dispatcher`` compiled for ``argtypes``:
+    the driver's occupancy query (``cuOccupancyMaxPotentialBlockSize``) with the same limit,
+    which ``forall`` makes on every call."""
+    from numba.cuda.cudadrv.devices import get_context
+
+    kernel = dispatcher.compile(argtypes)
+    _, blocksize = get_context().get_max_potential_block_size(
+        func=kernel._codelibrary.get_cufunc(), b2d_func=0, memsize=sharedmem, blocksizelimit=1024
+    )
+    return int(blocksize)
+
+
+def reduce_block_size() -> int:
+    """The block size of ``cuda.reduce``'s kernels (four warps)."""
+    from numba.cuda.kernels import reduction
+
+    return reduction._NUMWARPS * reduction._WARPSIZE

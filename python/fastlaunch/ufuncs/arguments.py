@@ -1,0 +1,81 @@
+"""What a ufunc's arguments are (a device array, a host array, a scalar, or something only
+numba-cuda's own code takes), and the key of a call: everything a plan depends on, read
+from attributes that cost a few dozen nanoseconds each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fastlaunch import _numba_compat as numba_cuda
+
+#: kinds of arguments
+NUMBA_ARRAY = 0  # numba-cuda's DeviceNDArray
+CAI_ARRAY = 1  # any other __cuda_array_interface__ object (CuPy, torch, ...)
+HOST_ARRAY = 2  # a NumPy ndarray
+SCALAR = 3  # int, float, complex (bool among ints) or a NumPy number: numba-cuda's scalars
+OTHER = 4  # lists, NumPy bools, mapped arrays, ...: numba-cuda's own code takes these
+
+#: the kind of each argument class seen
+_kinds: dict[type, int] = {}
+
+_INT64 = (-(2**63), 2**63)
+
+
+def kind_of(cls: type) -> int:
+    kind = _kinds.get(cls)
+    if kind is None:
+        kind = _kinds[cls] = _classify(cls)
+    return kind
+
+
+def _classify(cls: type) -> int:
+    if cls is numba_cuda.devicearray().DeviceNDArray:
+        return NUMBA_ARRAY
+    if cls is np.ndarray:
+        return HOST_ARRAY
+    # numba-cuda's own scalar test (UFuncMechanism._fill_arrays); np.bool_ is no np.number
+    if issubclass(cls, (int, float, complex, np.number)):
+        return SCALAR
+    if hasattr(cls, "__cuda_ndarray__") or issubclass(cls, np.ndarray):
+        return OTHER  # mapped and managed arrays, ndarray subclasses
+    if hasattr(cls, "__cuda_array_interface__"):
+        return CAI_ARRAY
+    return OTHER
+
+
+def key_of(value: Any) -> Any:
+    """The part of a call's key that ``value`` fixes, or None when only numba-cuda's own code
+    takes it. Arrays: dtype, shape and strides (the numba type and the launch size follow
+    from them); scalars: their class (an int also whether it fits 64 bits, which decides its
+    NumPy dtype)."""
+    cls = type(value)
+    kind = kind_of(cls)
+    if kind is NUMBA_ARRAY or kind is HOST_ARRAY:
+        return (kind, value.dtype, value.shape, value.strides)
+    if kind is SCALAR:
+        if cls is int:
+            return (kind, cls, _INT64[0] <= value < _INT64[1])
+        return (kind, cls)
+    if kind is CAI_ARRAY:
+        interface = value.__cuda_array_interface__
+        return (
+            kind,
+            cls,
+            interface["typestr"],
+            tuple(interface["shape"]),
+            interface.get("strides"),
+            interface["data"][1],
+        )
+    return None
+
+
+def shape_of(value: Any) -> tuple[int, ...]:
+    """An argument's shape as numba-cuda broadcasts it: a scalar is a one-element array."""
+    if kind_of(type(value)) is SCALAR:
+        return (1,)
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        shape = value.__cuda_array_interface__["shape"]
+    return tuple(shape)

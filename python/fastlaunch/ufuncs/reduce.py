@@ -1,0 +1,109 @@
+"""A ``cuda.reduce`` call on fastlaunch's path.
+
+numba-cuda's ``Reduce.__call__`` slices its input and its partial results in Python and
+launches up to three kernels through numba-cuda's launch path. Here a call over a numba-cuda
+device array remembers, per dtype, size and device, the launches it makes (grid, block and
+which of the three run), and launches the same kernel with the same arguments. Where a
+launch covers a whole array (an array whose size is a multiple of the block size, or smaller
+than one block) the array is passed as it is, with no slice; only a size with both full and
+partial blocks slices, as numba-cuda does. With ``res`` the last kernel writes the result
+into ``res[0]`` itself, where numba-cuda copies it there from its partials; without ``res``
+the result is read back as numba-cuda reads it (``partials[0]``).
+
+What a plan does not cover goes to numba-cuda's own call: host arrays (numba-cuda's implicit
+copies and warnings), a ``res`` that is not a one-dimensional numba-cuda device
+array of the input's dtype, arrays of other than one dimension, empty arrays."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from fastlaunch import _core
+from fastlaunch import _numba_compat as numba_cuda
+from fastlaunch.ufuncs import arguments
+
+#: numba-cuda's limit on the first kernel's blocks (two warps of partial results)
+MAX_FULL_BLOCKS = 64
+
+
+class Plan:
+    """The launches of a reduction over ``size`` elements."""
+
+    __slots__ = ("kernel", "blocksize", "size_full", "full_blocks", "partial", "partials_size")
+
+    def __init__(self, kernel: Any, size: int) -> None:
+        self.kernel = kernel
+        self.blocksize = numba_cuda.reduce_block_size()
+        size_full = self.size_full = (size // self.blocksize) * self.blocksize
+        self.partial = size - size_full
+        # the blocks stride over all full chunks: at most MAX_FULL_BLOCKS of them
+        self.full_blocks = min(size_full // self.blocksize, MAX_FULL_BLOCKS)
+        self.partials_size = self.full_blocks + (1 if self.partial else 0)
+
+    def run(self, array: Any, res: Any, init: Any, stream: Any) -> Any:
+        kernel, blocksize, size_full = self.kernel, self.blocksize, self.size_full
+        full_blocks, partial = self.full_blocks, self.partial
+        if self.partials_size == 1 and res is not None:
+            partials = res  # the one kernel writes the result in place
+        else:
+            cuda = sys.modules["numba.cuda"]
+            partials = cuda.device_array(shape=self.partials_size, dtype=array.dtype)
+        if full_blocks:
+            if partial:
+                kernel[full_blocks, blocksize, stream](
+                    array[:size_full], partials[:full_blocks], init, True
+                )
+            else:
+                kernel[full_blocks, blocksize, stream](array, partials, init, True)
+        if partial:
+            if full_blocks:
+                kernel[1, partial, stream](array[size_full:], partials[full_blocks:], init, False)
+            else:
+                kernel[1, partial, stream](array, partials, init, True)
+        if self.partials_size > 1:
+            target = partials if res is None else res
+            kernel[1, self.partials_size, stream](partials, target, init, False)
+        if res is not None:
+            return None
+        return partials[0]
+
+
+def call(reduction: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
+    """``reduction(*args, **kws)``: by a remembered plan, or numba-cuda's ``numba_call``."""
+    if len(args) != 1 or not set(kws) <= {"size", "res", "init", "stream"}:
+        return numba_call(reduction, *args, **kws)
+    (array,) = args
+    res = kws.get("res")
+    if arguments.kind_of(type(array)) != arguments.NUMBA_ARRAY or array.ndim != 1:
+        return numba_call(reduction, *args, **kws)
+    dtype = array.dtype
+    if res is not None and (
+        arguments.kind_of(type(res)) != arguments.NUMBA_ARRAY
+        or res.ndim != 1
+        or res.dtype != dtype
+        or res.size < 1
+    ):
+        return numba_call(reduction, *args, **kws)
+    if kws.get("size") is not None:
+        array = array[: kws["size"]]  # as numba-cuda slices it
+    size = array.shape[0]
+    if size < 1:
+        return numba_call(reduction, *args, **kws)
+    plans = reduction.__dict__.get("_fastlaunch_plans")
+    if plans is None:
+        plans = reduction._fastlaunch_plans = {}
+    key = (_core.current_device(), dtype, size)
+    plan = plans.get(key)
+    if plan is None:
+        if len(plans) >= 256:
+            plans.clear()
+        plan = plans[key] = Plan(_fastlaunch_kernel(reduction._compile(dtype)), size)
+    init = dtype.type(kws.get("init", 0))  # numba-cuda's cast
+    return plan.run(array, res, init, kws.get("stream", 0))
+
+
+def _fastlaunch_kernel(kernel: Any) -> Any:
+    from fastlaunch.ufuncs.vectorize import _fastlaunch_kernel as as_fastlaunch
+
+    return as_fastlaunch(kernel)

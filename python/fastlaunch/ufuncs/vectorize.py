@@ -1,0 +1,244 @@
+"""A CUDA ufunc call (``vectorize(target="cuda")``) on fastlaunch's path.
+
+numba-cuda's ``CUDAUFuncMechanism.call`` chooses the loop, broadcasts, ravels, allocates and
+launches through ``forall``, which asks the driver for a block size, on every call. Here the
+first call with given argument types and shapes asks numba-cuda's own type resolution for the
+loop (so its choice and its errors are numba-cuda's) and makes a :class:`Plan`: the kernel
+specialized for those types, its block size (asked once), the output's shape and dtype, and
+what each argument needs (a host copy, a scalar cast). Later calls with the same key run the
+plan: copy host inputs, allocate the output, launch once, copy back if all inputs were on the
+host.
+
+What a plan does not cover goes to numba-cuda's own call (under install its copies,
+allocations and launch are fastlaunch's): keywords other than ``out`` and ``stream``,
+0-d and zero-size arrays, non-contiguous host arrays, host ``out=`` arrays, an ``out=`` that is
+not a numba-cuda device array of the call's shape and loop dtype, host arrays with a stream,
+arguments numba-cuda does not take as scalars or arrays."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from fastlaunch import _core
+from fastlaunch import _numba_compat as numba_cuda
+from fastlaunch.dispatcher import numba_type
+from fastlaunch.ufuncs import arguments, stagers
+
+#: plans kept per ufunc; past this the oldest half is dropped
+MAX_PLANS = 256
+#: what a key maps to when numba-cuda's own call takes that call
+NUMBA = None
+
+# what a plan does with each argument
+_PASS = 0  # a device array or a scalar already of the loop's type: passed as it is
+_CAST = 1  # a scalar: cast to the loop's dtype, as numba-cuda's np.array([x], dtype) casts
+_COPY = 2  # a host array: copied to the device
+
+
+class Plan:
+    """A call's work, fixed by its key."""
+
+    __slots__ = (
+        "actions",
+        "casts",
+        "kernel",
+        "griddim",
+        "blockdim",
+        "shape",
+        "dtype",
+        "to_host",
+        "launchers",
+    )
+
+    def __init__(
+        self,
+        actions: tuple[int, ...],
+        casts: tuple[Any, ...],
+        kernel: Any,
+        griddim: int,
+        blockdim: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        to_host: bool,
+    ) -> None:
+        self.actions = actions
+        self.casts = casts
+        self.kernel = kernel
+        self.griddim = griddim
+        self.blockdim = blockdim
+        self.shape = shape
+        self.dtype = dtype
+        self.to_host = to_host
+        # the launcher of the last stream object, by identity (held, so never another's)
+        self.launchers: tuple[Any, Any] = (None, None)
+
+    def launcher(self, stream: Any) -> Any:
+        last_stream, launcher = self.launchers
+        if launcher is None or last_stream is not stream:
+            launcher = self.kernel[self.griddim, self.blockdim, stream]
+            self.launchers = (stream, launcher)
+        return launcher
+
+    def run(self, args: tuple, out: Any, stream: Any) -> Any:
+        cuda = sys.modules["numba.cuda"]
+        launch_args = []
+        for action, cast, value in zip(self.actions, self.casts, args, strict=True):
+            if action == _PASS:
+                launch_args.append(value)
+            elif action == _CAST:
+                launch_args.append(cast(value))
+            else:
+                launch_args.append(cuda.to_device(value, stream=stream))
+        if out is None:
+            out = cuda.device_array(self.shape, self.dtype, stream=stream)
+        launch_args.append(out)
+        self.launcher(stream)(*launch_args)
+        return out.copy_to_host() if self.to_host else out
+
+
+def call(ufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
+    """``ufunc(*args, **kws)``: by a remembered plan, or numba-cuda's ``numba_call``."""
+    stream = kws.get("stream", 0)
+    out = kws.get("out")
+    if len(kws) > ("stream" in kws) + ("out" in kws):
+        return numba_call(ufunc, *args, **kws)  # numba-cuda warns about the others
+    key: list[Any] = [_core.current_device()]
+    for value in args:
+        part = arguments.key_of(value)
+        if part is None:
+            return numba_call(ufunc, *args, **kws)
+        key.append(part)
+    if out is not None:
+        part = arguments.key_of(out)
+        if part is None or part[0] != arguments.NUMBA_ARRAY:
+            return numba_call(ufunc, *args, **kws)
+        key.append(part)
+    key.append(stream == 0 or stream is None)
+    plans = _plans(ufunc)
+    frozen = tuple(key)
+    plan = plans.get(frozen, _UNPLANNED)
+    if plan is _UNPLANNED:
+        plan = _plan(ufunc, args, out, stream)
+        if len(plans) >= MAX_PLANS:
+            for old in list(plans)[: MAX_PLANS // 2]:
+                plans.pop(old, None)
+        plans[frozen] = plan
+    if plan is NUMBA:
+        return numba_call(ufunc, *args, **kws)
+    return plan.run(args, out, stream)
+
+
+_UNPLANNED = object()
+
+
+def _plans(ufunc: Any) -> dict:
+    plans = ufunc.__dict__.get("_fastlaunch_plans")
+    if plans is None:
+        plans = ufunc._fastlaunch_plans = {}
+    return plans
+
+
+def _plan(ufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
+    """The plan of a call, or None (numba-cuda's own call) where a plan cannot give what
+    numba-cuda gives. numba-cuda's refusals (no loop, shapes that do not broadcast) are
+    raised by its own call, so None for them too."""
+    try:
+        loop_dtypes, result_dtype, kernel, shape = numba_cuda.ufunc_loop(ufunc.functions, args)
+    except Exception:
+        return NUMBA
+    kinds = [arguments.kind_of(type(value)) for value in args]
+    shapes = [
+        None if kind == arguments.SCALAR else arguments.shape_of(value)
+        for kind, value in zip(kinds, args, strict=True)
+    ]
+    if not shape or 0 in shape or any(s == () for s in shapes):
+        return NUMBA  # 0-d and zero-size arrays: numba-cuda's own handling
+    host = [value for kind, value in zip(kinds, args, strict=True) if kind == arguments.HOST_ARRAY]
+    if host and not (stream == 0 or stream is None):
+        return NUMBA
+    if not all(value.flags.c_contiguous or value.flags.f_contiguous for value in host):
+        return NUMBA
+    if out is not None and (tuple(out.shape) != shape or out.dtype != result_dtype):
+        return NUMBA
+    actions = tuple(_action(kind) for kind in kinds)
+    casts = tuple(
+        np.dtype(dtype).type if kind == arguments.SCALAR else None
+        for kind, dtype in zip(kinds, loop_dtypes, strict=True)
+    )
+    kernel = _fastlaunch_kernel(kernel)
+    if len(shape) != 1 or any(s != shape for s in shapes):
+        # numba-cuda's own kernel indexes 1-d arrays only: a stager over the same core
+        core = kernel.py_func.__globals__["__core__"]
+        kernel = _stager(ufunc, core, stagers.pattern_of(shapes, shape))
+    example = _example_arguments(args, actions, casts, shape, result_dtype, out)
+    blockdim = _block_size(kernel, example)
+    elements = int(np.prod(shape))
+    griddim = (elements + blockdim - 1) // blockdim
+    # numba-cuda's rule: the result stays on the device if any input or `out` is there
+    on_host = (arguments.HOST_ARRAY, arguments.SCALAR)
+    to_host = out is None and all(kind in on_host for kind in kinds)
+    return Plan(actions, casts, kernel, griddim, blockdim, shape, np.dtype(result_dtype), to_host)
+
+
+def _block_size(kernel: Any, example: tuple) -> int:
+    """numba-cuda's forall block size for ``kernel`` over arguments of ``example``'s types, as
+    fastlaunch types them (the overload the plan's launches use), compiled now: asked once,
+    where numba-cuda's forall asks on every call."""
+    argtypes = tuple(numba_type(d) for d in _core.describe(_core.fingerprint(example)))
+    return numba_cuda.forall_block_size(kernel.dispatcher, argtypes, 0)
+
+
+def _action(kind: int) -> int:
+    if kind == arguments.SCALAR:
+        return _CAST
+    return _COPY if kind == arguments.HOST_ARRAY else _PASS
+
+
+def _example_arguments(
+    args: tuple, actions: tuple, casts: tuple, shape: tuple, dtype: Any, out: Any
+) -> tuple:
+    """Arguments of the types a plan launches with: host arrays as the device arrays they
+    are copied to (writable, as every copy is), scalars cast."""
+    cuda = sys.modules["numba.cuda"]
+    example = []
+    for action, cast, value in zip(actions, casts, args, strict=True):
+        if action == _CAST:
+            example.append(cast(value))
+        elif action == _COPY:
+            example.append(cuda.device_array(value.shape, value.dtype, order=_order(value)))
+        else:
+            example.append(value)
+    example.append(out if out is not None else cuda.device_array(shape, dtype))
+    return tuple(example)
+
+
+def _order(array: np.ndarray) -> str:
+    return "C" if array.flags.c_contiguous else "F"
+
+
+def _fastlaunch_kernel(kernel: Any) -> Any:
+    """``kernel`` as a fastlaunch kernel: a ufunc made before ``install()`` holds numba-cuda's
+    dispatcher, wrapped once (its compiled code is numba-cuda's, shared)."""
+    from fastlaunch.dispatcher import Kernel
+
+    if isinstance(kernel, Kernel):
+        return kernel
+    made = kernel.__dict__.get("_fastlaunch_kernel")
+    if made is None:
+        made = kernel._fastlaunch_kernel = Kernel(kernel)
+    return made
+
+
+def _stager(ufunc: Any, core: Any, pattern: stagers.Pattern) -> Any:
+    """The ufunc's stager for ``pattern`` over ``core``, made once."""
+    from fastlaunch.dispatcher import jit
+
+    made = ufunc.__dict__.setdefault("_fastlaunch_stagers", {})
+    key = (id(core), pattern)
+    found = made.get(key)
+    if found is None or found[0] is not core:
+        found = made[key] = (core, stagers.make(core, pattern, jit, sys.modules["numba.cuda"]))
+    return found[1]

@@ -1,0 +1,286 @@
+"""fastlaunch's CUDA ufunc calls (``fastlaunch.ufuncs``) without a GPU: the plan a call makes
+(numba-cuda's loop choice, broadcasting, scalar casts, host copies, which kernel, one launch
+per call) and the stagers' indexing, checked by running the kernels' Python source over every
+thread on NumPy arrays that stand in for device arrays. The launches themselves, and the
+results side by side with numba-cuda, are proven on the GPU (tests/test_gpu_ufuncs.py)."""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections import OrderedDict
+
+import numba.cuda
+import numpy as np
+import pytest
+from numba.cuda.vectorizers import CUDAUFuncDispatcher, vectorizer_stager_source
+
+from fastlaunch.ufuncs import arguments, stagers
+from fastlaunch.ufuncs import install as ufuncs_install
+from fastlaunch.ufuncs import vectorize as calls
+
+BLOCK = 64
+
+
+class FakeCuda:
+    """``numba.cuda`` as far as a stager's body uses it: ``grid(1)`` is the running thread."""
+
+    def __init__(self) -> None:
+        self.thread = threading.local()
+
+    def grid(self, ndim: int) -> int:
+        assert ndim == 1
+        return self.thread.tid
+
+
+FAKE_CUDA = FakeCuda()
+
+
+class FakeDeviceArray:
+    """A device array by the CUDA array interface, its bytes in a NumPy array."""
+
+    def __init__(self, host: np.ndarray) -> None:
+        self.host = host
+        self.dtype, self.shape = host.dtype, host.shape
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {
+            "typestr": self.host.dtype.str,
+            "shape": self.host.shape,
+            "strides": None if self.host.flags.c_contiguous else self.host.strides,
+            "data": (self.host.ctypes.data, False),
+            "version": 3,
+        }
+
+    def copy_to_host(self, ary=None, stream=0):
+        if ary is None:
+            return self.host.copy()
+        ary[...] = self.host
+        return ary
+
+
+class FakeKernel:
+    """A kernel that runs its Python function once per thread of the grid."""
+
+    def __init__(self, py_func) -> None:
+        self.py_func = py_func
+        self.launches: list[tuple] = []
+
+    def __getitem__(self, config):
+        griddim, blockdim, stream = config
+
+        def launch(*args):
+            self.launches.append((griddim, blockdim, stream))
+            host = [a.host if isinstance(a, FakeDeviceArray) else a for a in args]
+            for tid in range(griddim * blockdim):
+                FAKE_CUDA.thread.tid = tid
+                self.py_func(*host)
+
+        return launch
+
+    def forall(self, ntasks, stream=0):
+        return self[(ntasks + BLOCK - 1) // BLOCK, BLOCK, stream]
+
+
+def numba_stager(core):
+    """numba-cuda's own kernel of a two-argument loop, over ``core``."""
+    namespace = {"__cuda__": FAKE_CUDA, "__core__": core}
+    exec(
+        vectorizer_stager_source.format(
+            name="f", args="a0, a1", argitems="a0[__tid__], a1[__tid__]"
+        ),
+        namespace,
+    )
+    return FakeKernel(namespace["__vectorized_f"])
+
+
+def core(a, b):
+    return a * 2 + b
+
+
+LOOPS = [np.float32, np.float64, np.int64]
+
+
+@pytest.fixture
+def ufunc(monkeypatch):
+    """A CUDA ufunc of three loops over ``core``, with fastlaunch's call in place."""
+    kernels = OrderedDict(
+        ((np.dtype(t), np.dtype(t)), (np.dtype(t), numba_stager(core))) for t in LOOPS
+    )
+    made_stagers: list[FakeKernel] = []
+
+    def stager(ufunc, core, pattern):
+        made_stagers.append(stagers.make(core, pattern, FakeKernel, FAKE_CUDA))
+        return made_stagers[-1]
+
+    monkeypatch.setattr(calls, "_core", types.SimpleNamespace(current_device=lambda: 0))
+    monkeypatch.setattr(calls, "_fastlaunch_kernel", lambda kernel: kernel)
+    monkeypatch.setattr(calls, "_stager", stager)
+    monkeypatch.setattr(calls, "_block_size", lambda kernel, example: BLOCK)
+    monkeypatch.setattr(
+        numba.cuda,
+        "device_array",
+        lambda shape, dtype, stream=0, order="C": FakeDeviceArray(
+            np.full(shape, -7, dtype, order=order)
+        ),
+    )
+    monkeypatch.setattr(
+        numba.cuda, "to_device", lambda host, stream=0: FakeDeviceArray(host.copy())
+    )
+    # numba-cuda's resolution wraps array-interface objects (with a context): taken as they are
+    monkeypatch.setattr(numba.cuda, "as_cuda_array", lambda obj: obj)
+    ufuncs_install.install()
+    made = CUDAUFuncDispatcher(kernels, core)
+    made.made_stagers = made_stagers
+    yield made
+    ufuncs_install.uninstall()
+
+
+def plans(ufunc):
+    return list(ufunc._fastlaunch_plans.values())
+
+
+def device(host):
+    return FakeDeviceArray(np.array(host, copy=True, order="K"))
+
+
+def test_one_dimensional_device_arrays_take_numba_cudas_own_kernel(ufunc):
+    a, b = np.arange(100, dtype=np.float32), np.ones(100, np.float32)
+    for _ in range(3):
+        result = ufunc(device(a), device(b))
+    assert isinstance(result, FakeDeviceArray)
+    np.testing.assert_array_equal(result.host, a * 2 + b)
+    (plan,) = plans(ufunc)
+    assert plan.kernel is ufunc.functions[(np.dtype(np.float32),) * 2][1]
+    assert (plan.griddim, plan.blockdim) == (2, BLOCK)
+    assert len(plan.kernel.launches) == 3 and not ufunc.made_stagers
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        [(4, 5), (5,)],
+        [(4, 1), (4, 5)],
+        [(2, 3, 4), (3, 1)],
+        [(1, 3, 1), (2, 1, 4)],
+        [(7,), (1,)],
+        [(3, 4), (3, 4)],
+    ],
+)
+def test_broadcasts_index_in_place_as_numpy_broadcasts(ufunc, shapes):
+    a = np.arange(np.prod(shapes[0]), dtype=np.float64).reshape(shapes[0])
+    b = (np.arange(np.prod(shapes[1]), dtype=np.float64) * 10).reshape(shapes[1])
+    result = ufunc(device(a), device(b))
+    np.testing.assert_array_equal(result.host, a * 2 + b)
+    assert result.shape == np.broadcast_shapes(a.shape, b.shape)
+    (stager,) = ufunc.made_stagers
+    assert len(stager.launches) == 1
+
+
+def test_non_contiguous_and_fortran_device_arrays(ufunc):
+    a = np.arange(60.0).reshape(6, 10)
+    result = ufunc(FakeDeviceArray(a[::2, ::3]), FakeDeviceArray(np.asfortranarray(a)[::2, ::3]))
+    np.testing.assert_array_equal(result.host, a[::2, ::3] * 3)
+
+
+def test_scalars_are_cast_to_the_loop_numba_cuda_chooses(ufunc):
+    a = np.arange(10, dtype=np.float32)
+    with np.errstate(over="ignore"):  # float64 scalar, float32 loop: inf, as numba-cuda casts
+        result = ufunc(device(a), 1e40)
+        assert result.dtype == np.float32
+        np.testing.assert_array_equal(result.host, a * 2 + np.float32(1e40))
+    (plan,) = plans(ufunc)
+    assert plan.casts[1] is np.float32
+    result = ufunc(3, device(np.arange(5)))  # an int against int64 arrays
+    np.testing.assert_array_equal(result.host, 6 + np.arange(5))
+
+
+def test_host_arrays_are_copied_and_the_result_comes_back_to_the_host(ufunc):
+    a = np.arange(30.0).reshape(5, 6)
+    result = ufunc(a, a)
+    assert type(result) is np.ndarray
+    np.testing.assert_array_equal(result, a * 3)
+    result = ufunc(2.0, 3.0)  # scalars alone: a one-element host array, as numba-cuda gives
+    assert type(result) is np.ndarray and result.shape == (1,) and result[0] == 7.0
+    result = ufunc(a, device(a))  # one device input: the result stays there
+    assert isinstance(result, FakeDeviceArray)
+
+
+def test_a_plan_is_remembered_per_types_and_shapes(ufunc):
+    a = device(np.ones(8, np.float32))
+    ufunc(a, a)
+    ufunc(a, a)
+    ufunc(a, 1.0)
+    ufunc(device(np.ones(9, np.float32)), a if False else device(np.ones(9, np.float32)))
+    ufunc(device(np.ones(8)), device(np.ones(8)))
+    assert len(plans(ufunc)) == 4
+
+
+def test_calls_numba_cuda_refuses_are_numba_cudas_own(ufunc):
+    with pytest.raises(TypeError, match="No matching version"):
+        ufunc(device(np.ones(3, np.int8)), 1)
+    with pytest.raises(ValueError, match="failed to broadcast"):
+        ufunc(device(np.ones((2, 3))), device(np.ones(4)))
+    assert plans(ufunc) == [None, None]
+
+
+def test_calls_a_plan_does_not_cover_go_to_numba_cudas_own_call(ufunc):
+    a = np.arange(5.0)
+    out = np.empty(5)
+    assert ufunc(a, a, out=out) is not None  # a host out=: numba-cuda's call
+    np.testing.assert_array_equal(out, a * 3)
+    ufunc([1.0, 2.0], 1.0)  # a list: numba-cuda's call (no key)
+    np.testing.assert_array_equal(ufunc(np.ones(3), 1.0, stream=1), 3)  # host with a stream
+    assert plans(ufunc) == [None]  # only the last has a key (no plan for it)
+
+
+def test_argument_kinds():
+    assert arguments.kind_of(np.ndarray) == arguments.HOST_ARRAY
+    for scalar in (int, float, complex, bool, np.float32, np.int8, np.complex64):
+        assert arguments.kind_of(scalar) == arguments.SCALAR
+    assert arguments.kind_of(np.bool_) == arguments.OTHER  # numba-cuda makes it a 0-d array
+    assert arguments.kind_of(list) == arguments.OTHER
+    assert arguments.kind_of(FakeDeviceArray) == arguments.CAI_ARRAY
+    assert arguments.key_of(2**63) != arguments.key_of(1)  # its NumPy dtype differs
+
+
+def test_install_replaces_the_call_and_uninstall_puts_it_back():
+    numba_call = vars(CUDAUFuncDispatcher)["__call__"]
+    ufuncs_install.install()
+    ufuncs_install.install()
+    assert vars(CUDAUFuncDispatcher)["__call__"] is not numba_call
+    assert ufuncs_install.is_installed()
+    ufuncs_install.uninstall()
+    assert vars(CUDAUFuncDispatcher)["__call__"] is numba_call
+    assert not ufuncs_install.is_installed()
+
+
+@pytest.mark.parametrize(
+    "shapes, out_shape, expected",
+    [
+        ([(3,), None], (3,), (1, ((False,), None))),
+        ([(4, 1), (5,)], (4, 5), (2, ((False, True), (False,)))),
+        ([(1, 1), (2, 2)], (2, 2), (2, ((True, True), (False, False)))),
+    ],
+)
+def test_stager_patterns(shapes, out_shape, expected):
+    assert stagers.pattern_of(shapes, out_shape) == expected
+
+
+def test_stagers_compile_for_the_gpu():
+    """The generated source is a kernel numba-cuda compiles (the core here is an operator
+    numba-cuda types itself: compiling a device function needs a GPU's compute capability)."""
+    import operator
+
+    from numba import cuda, float32, float64, types
+
+    for shapes, out_shape, argtypes in [
+        ([(8,), None], (8,), (float32[::1], float32, float32[::1])),
+        ([(4, 1), (5,)], (4, 5), (float64[:, ::1], float64[::1], float64[:, ::1])),
+        ([(2, 3, 4), (3, 4)], (2, 3, 4), (float64[:, :, :], float64[:, :], float64[:, :, ::1])),
+    ]:
+        namespace = {"__cuda__": cuda, "__core__": operator.add}
+        exec(stagers.source("stager", stagers.pattern_of(shapes, out_shape)), namespace)
+        ptx, restype = cuda.compile_ptx(namespace["stager"], argtypes, cc=(8, 0))
+        assert restype == types.void and ".entry" in ptx
