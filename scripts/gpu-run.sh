@@ -45,6 +45,10 @@
 #              CuPy, torch and the driver, interleaved; e.g. MEMORY_ARGS="--rounds 10"; not part
 #              of `all`
 #              now with the fresh-object launch rows: launch_new, launch_reused, stream_new
+#   ufuncs     python3 benchmarks/ufuncs.py --out $OUT $UFUNCS_ARGS: CUDA ufuncs, a gufunc,
+#              cuda.reduce and a kernel over cuda.random states under numba-cuda and fastlaunch
+#              installed, against CuPy's same work and the spelled-out twins, interleaved; e.g.
+#              UFUNCS_ARGS="--rounds 10 --seconds 60"; not part of `all`
 #   review     the outside review's repros of the memory API (.gpu/memory-review/run_gpu.sh, which
 #              make gpu-prepare copies from ../shared/memory-review): each prints
 #              REPRO <name> PASS|FAIL; the part fails if any says FAIL; not part of `all`
@@ -57,6 +61,7 @@
 #      BENCH_ARGS      extra arguments for benchmarks/run.py, shell-quoted
 #      INTERLEAVED_ARGS  extra arguments for benchmarks/interleaved.py, shell-quoted
 #      MEMORY_ARGS     extra arguments for benchmarks/memory.py, shell-quoted
+#      UFUNCS_ARGS     extra arguments for benchmarks/ufuncs.py, shell-quoted
 #
 # Every part runs even after another failed; the exit status is 1 if any failed, 2 if the
 # set-up failed. $OUT gets gpu-run.log (everything printed) and pytest-junit.xml;
@@ -215,6 +220,12 @@ memory_bench() {
   python3 benchmarks/memory.py --out "$OUT" "${extra[@]}"
 }
 
+ufuncs_bench() {
+  local extra=()
+  eval "extra=(${UFUNCS_ARGS:-})"
+  python3 benchmarks/ufuncs.py --out "$OUT" "${extra[@]}"
+}
+
 conformance() {
   local group=()
   if [[ -n ${CONFORMANCE_MODULES:-} ]]; then
@@ -264,9 +275,9 @@ main() {
   for arg in "${@:-all}"; do
     case $arg in
       all) parts+=(rust tests stages conformance bench) ;;
-      rust | tests | bench | rustbench | stages | gap | conformance | threads | graphed | interleaved | memory | review | fresh | ab) parts+=("$arg") ;;
+      rust | tests | bench | rustbench | stages | gap | conformance | threads | graphed | interleaved | memory | ufuncs | review | fresh | ab) parts+=("$arg") ;;
       *)
-        echo "gpu-run: unknown part '$arg' (rust, tests, stages, gap, conformance, bench, rustbench, threads, graphed, interleaved, memory, review, fresh, ab, all)"
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, gap, conformance, bench, rustbench, threads, graphed, interleaved, memory, ufuncs, review, fresh, ab, all)"
         return 2
         ;;
     esac
@@ -286,6 +297,7 @@ main() {
       graphed) name="benchmarks/graphed.py (graphed steps)" fn=graphed_bench ;;
       interleaved) name="benchmarks/interleaved.py (cases D, B and C, interleaved)" fn=interleaved_bench ;;
       memory) name="benchmarks/memory.py (the memory API, interleaved)" fn=memory_bench ;;
+      ufuncs) name="benchmarks/ufuncs.py (ufuncs, reductions, random kernels, interleaved)" fn=ufuncs_bench ;;
       review) name="the memory review's repros" fn=memory_review ;;
       fresh) name="scripts/fresh-wheel.sh (the wheel alone, fresh venv)" fn=fresh ;;
       ab) name="benchmarks/ab_probe.py (.whl-old against .whl)" fn=ab ;;

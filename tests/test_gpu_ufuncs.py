@@ -122,6 +122,10 @@ CASES = {
         False,
     ),
     "host out=": (lambda u: u(F32, F32, out=np.empty(4096, np.float32)), False),
+    "out= F-order 2-d": (  # numba-cuda writes it through a copy: its own call
+        lambda u: u(cuda.to_device(F64), 1.0, out=cuda.device_array((6, 10), order="F")),
+        False,
+    ),
     "host with stream=": (lambda u: u(F32, F32, stream=cuda.stream()), False),
     "0-d host array": (lambda u: u(np.array(2.0), np.ones(3)), False),
     "zero-size": (lambda u: u(cuda.to_device(np.zeros(0)), 1.0), False),

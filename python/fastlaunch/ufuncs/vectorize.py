@@ -12,8 +12,12 @@ host.
 What a plan does not cover goes to numba-cuda's own call (under install its copies,
 allocations and launch are fastlaunch's): keywords other than ``out`` and ``stream``,
 0-d and zero-size arrays, non-contiguous host arrays, host ``out=`` arrays, an ``out=`` that is
-not a numba-cuda device array of the call's shape and loop dtype, host arrays with a stream,
-arguments numba-cuda does not take as scalars or arrays."""
+not a numba-cuda device array of the call's shape and loop dtype (and C-contiguous, when it
+has more than one dimension), host arrays with a stream, arguments numba-cuda does not take
+as scalars or arrays.
+
+One deliberate difference: with ``out=``, the call returns ``out`` itself, where numba-cuda
+returns a new array object over the same memory (``out.reshape(out.shape)``)."""
 
 from __future__ import annotations
 
@@ -162,6 +166,9 @@ def _plan(ufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
     if not all(value.flags.c_contiguous or value.flags.f_contiguous for value in host):
         return NUMBA
     if out is not None and (tuple(out.shape) != shape or out.dtype != result_dtype):
+        return NUMBA
+    if out is not None and out.ndim > 1 and not out.is_c_contiguous():
+        # numba-cuda ravels such an `out` through a copy and writes the copy, not `out`
         return NUMBA
     actions = tuple(_action(kind) for kind in kinds)
     casts = tuple(
