@@ -7,16 +7,22 @@ results side by side with numba-cuda, are proven on the GPU (tests/test_gpu_ufun
 from __future__ import annotations
 
 import threading
-import types
 from collections import OrderedDict
 
 import numba.cuda
 import numpy as np
 import pytest
-from numba.cuda.vectorizers import CUDAUFuncDispatcher, vectorizer_stager_source
+from numba.cuda.deviceufunc import GUFuncEngine, expand_gufunc_template
+from numba.cuda.vectorizers import (
+    CUDAGeneralizedUFunc,
+    CUDAUFuncDispatcher,
+    _gufunc_stager_source,
+    vectorizer_stager_source,
+)
 
-from fastlaunch.ufuncs import arguments, stagers
+from fastlaunch.ufuncs import arguments, kernels, stagers
 from fastlaunch.ufuncs import install as ufuncs_install
+from fastlaunch.ufuncs import plans as ufunc_plans
 from fastlaunch.ufuncs import vectorize as calls
 
 BLOCK = 64
@@ -52,6 +58,17 @@ class FakeDeviceArray:
             "data": (self.host.ctypes.data, False),
             "version": 3,
         }
+
+    @property
+    def ndim(self) -> int:
+        return self.host.ndim
+
+    @property
+    def size(self) -> int:
+        return self.host.size
+
+    def reshape(self, *shape):
+        return FakeDeviceArray(self.host.reshape(*shape))  # a view, as numba-cuda's
 
     def copy_to_host(self, ary=None, stream=0):
         if ary is None:
@@ -105,7 +122,7 @@ LOOPS = [np.float32, np.float64, np.int64]
 @pytest.fixture
 def ufunc(monkeypatch):
     """A CUDA ufunc of three loops over ``core``, with fastlaunch's call in place."""
-    kernels = OrderedDict(
+    loops = OrderedDict(
         ((np.dtype(t), np.dtype(t)), (np.dtype(t), numba_stager(core))) for t in LOOPS
     )
     made_stagers: list[FakeKernel] = []
@@ -114,10 +131,10 @@ def ufunc(monkeypatch):
         made_stagers.append(stagers.make(core, pattern, FakeKernel, FAKE_CUDA))
         return made_stagers[-1]
 
-    monkeypatch.setattr(calls, "_core", types.SimpleNamespace(current_device=lambda: 0))
-    monkeypatch.setattr(calls, "_fastlaunch_kernel", lambda kernel: kernel)
+    monkeypatch.setattr(ufunc_plans, "device", lambda: 0)
+    monkeypatch.setattr(kernels, "as_fastlaunch", lambda kernel: kernel)
     monkeypatch.setattr(calls, "_stager", stager)
-    monkeypatch.setattr(calls, "_block_size", lambda kernel, example: BLOCK)
+    monkeypatch.setattr(kernels, "block_size", lambda kernel, example: BLOCK)
     monkeypatch.setattr(
         numba.cuda,
         "device_array",
@@ -131,7 +148,7 @@ def ufunc(monkeypatch):
     # numba-cuda's resolution wraps array-interface objects (with a context): taken as they are
     monkeypatch.setattr(numba.cuda, "as_cuda_array", lambda obj: obj)
     ufuncs_install.install()
-    made = CUDAUFuncDispatcher(kernels, core)
+    made = CUDAUFuncDispatcher(loops, core)
     made.made_stagers = made_stagers
     yield made
     ufuncs_install.uninstall()
@@ -245,14 +262,21 @@ def test_argument_kinds():
     assert arguments.key_of(2**63) != arguments.key_of(1)  # its NumPy dtype differs
 
 
-def test_install_replaces_the_call_and_uninstall_puts_it_back():
-    numba_call = vars(CUDAUFuncDispatcher)["__call__"]
+def test_install_replaces_the_calls_and_uninstall_puts_them_back():
+    from numba.cuda.kernels.reduction import Reduce
+    from numba.cuda.vectorizers import CUDAGeneralizedUFunc
+
+    before = {cls: dict(vars(cls)) for cls in (CUDAUFuncDispatcher, CUDAGeneralizedUFunc, Reduce)}
+    numba_calls = {cls: cls.__call__ for cls in before}
     ufuncs_install.install()
     ufuncs_install.install()
-    assert vars(CUDAUFuncDispatcher)["__call__"] is not numba_call
+    for cls, numba_call in numba_calls.items():
+        assert cls.__call__ is not numba_call and cls.__call__._fastlaunch
     assert ufuncs_install.is_installed()
     ufuncs_install.uninstall()
-    assert vars(CUDAUFuncDispatcher)["__call__"] is numba_call
+    for cls, numba_call in numba_calls.items():
+        assert cls.__call__ is numba_call
+        assert dict(vars(cls)) == before[cls]  # an inherited __call__ is inherited again
     assert not ufuncs_install.is_installed()
 
 
@@ -284,3 +308,60 @@ def test_stagers_compile_for_the_gpu():
         exec(stagers.source("stager", stagers.pattern_of(shapes, out_shape)), namespace)
         ptx, restype = cuda.compile_ptx(namespace["stager"], argtypes, cc=(8, 0))
         assert restype == types.void and ".entry" in ptx
+
+
+# -- gufuncs ------------------------------------------------------------------------------------
+
+
+def dot_core(a, b, out):
+    total = 0.0
+    for i in range(a.shape[0]):
+        total += a[i] * b[i]
+    out[0] = total
+
+
+@pytest.fixture
+def dot(ufunc):
+    """A ``(n),(n)->()`` gufunc of one float32 loop over ``dot_core`` (the ``ufunc`` fixture's
+    stand-ins in place)."""
+    from numba import float32
+
+    argtypes = [float32[:], float32[:], float32[:]]
+    source = expand_gufunc_template(_gufunc_stager_source, [1, 1], [0], "dot", argtypes)
+    namespace = {"__cuda__": FAKE_CUDA, "__core__": dot_core}
+    exec(source, namespace)
+    kernel = FakeKernel(namespace["__gufunc_dot"])
+    f32 = np.dtype(np.float32)
+    kernelmap = OrderedDict({(f32, f32): ((f32,), kernel)})
+    return CUDAGeneralizedUFunc(kernelmap, GUFuncEngine.from_signature("(n),(n)->()"), dot_core)
+
+
+def test_a_gufunc_over_device_arrays_launches_its_kernel_once_per_call(dot):
+    a = np.arange(256 * 16, dtype=np.float32).reshape(256, 16) / 100
+    b = np.ones((256, 16), np.float32)
+    for _ in range(3):
+        result = dot(device(a), device(b))
+    assert isinstance(result, FakeDeviceArray) and result.shape == (256,)
+    np.testing.assert_allclose(result.host, (a * b).sum(1), rtol=1e-6)
+    (plan,) = plans(dot)
+    assert (plan.griddim, plan.blockdim) == (4, BLOCK)
+    assert len(plan.kernel.launches) == 3
+
+
+def test_a_gufunc_over_host_arrays_returns_host_arrays(dot):
+    a = np.arange(48, dtype=np.float32).reshape(3, 16)
+    result = dot(a, a)
+    assert type(result) is np.ndarray
+    np.testing.assert_allclose(result, (a * a).sum(1))
+    assert plans(dot)[0] is not None
+
+
+def test_gufunc_calls_a_plan_does_not_cover_are_numba_cudas_own(dot):
+    a = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    result = dot(device(a), device(a))  # two loop dimensions: numba-cuda reshapes
+    np.testing.assert_allclose(result.host, (a * a).sum(-1))
+    b = np.arange(32, dtype=np.float64).reshape(2, 16)
+    np.testing.assert_allclose(dot(b, b), (b * b).sum(1))  # cast to the float32 loop
+    assert plans(dot) == [None, None]
+    with pytest.raises(TypeError, match="accepts 2 positional arguments"):
+        dot(device(a))

@@ -300,3 +300,70 @@ def test_the_plans_a_ufunc_keeps_are_bounded(monkeypatch):
             result = add(cuda.to_device(np.ones(n, np.float32)), 1.0)
             np.testing.assert_array_equal(result.copy_to_host(), 3)
         assert len(add._fastlaunch_plans) <= 8
+
+
+# -- gufuncs ---------------------------------------------------------------------------------------
+
+
+def make_dot():
+    from numba import guvectorize
+
+    @guvectorize(
+        ["void(float32[:], float32[:], float32[:])", "void(float64[:], float64[:], float64[:])"],
+        "(n),(n)->()",
+        target="cuda",
+    )
+    def dot(a, b, out):
+        total = a[0] * 0
+        for i in range(a.shape[0]):
+            total += a[i] * b[i]
+        out[0] = total
+
+    return dot
+
+
+M32 = (np.arange(256 * 16, dtype=np.float32) / 9).reshape(256, 16)
+M64 = (np.arange(4 * 3 * 5, dtype=np.float64) - 7).reshape(4, 3, 5)
+
+GUFUNC_CASES = {
+    "device": (lambda g: g(cuda.to_device(M32), cuda.to_device(M32)), True),
+    "host": (lambda g: g(M32, M32), True),
+    "host and device": (lambda g: g(M32, cuda.to_device(M32)), True),
+    "out=": (
+        lambda g: g(
+            cuda.to_device(M32), cuda.to_device(M32), out=cuda.device_array(256, np.float32)
+        ),
+        True,
+    ),
+    "stream=": (lambda g: g(cuda.to_device(M32), cuda.to_device(M32), stream=cuda.stream()), True),
+    "F-order and view": (
+        lambda g: g(cuda.to_device(np.asfortranarray(M32)), cuda.to_device(M32)[:, ::1]),
+        True,
+    ),
+    "cupy": (lambda g: g(_cupy().asarray(M32), _cupy().asarray(M32)), True),
+    # numba-cuda's own call
+    "two loop dimensions": (lambda g: g(cuda.to_device(M64), cuda.to_device(M64)), False),
+    "a pinned input": (lambda g: g(cuda.to_device(M32), cuda.to_device(M32[0].copy())), False),
+    "a cast to the loop": (lambda g: g(M32.astype(np.int32), M32.astype(np.int32)), False),
+    "positional out": (
+        lambda g: g(cuda.to_device(M32), cuda.to_device(M32), cuda.device_array(256, np.float32)),
+        None,
+    ),
+    "wrong core shapes": (
+        lambda g: g(cuda.to_device(M32), cuda.to_device(M32[:, :8].copy())),
+        False,
+    ),
+}
+
+
+def _cupy():
+    return pytest.importorskip("cupy")
+
+
+@pytest.mark.parametrize("name", list(GUFUNC_CASES))
+def test_a_gufunc_call_gives_what_numba_cuda_gives(name):
+    call, takes = GUFUNC_CASES[name]
+    expected, got, gufunc = both(make_dot, call)
+    assert_same(expected, got)
+    # None: no key (numba-cuda's own call at once)
+    assert planned(gufunc) == ([] if takes is None else [takes]), planned(gufunc)

@@ -467,13 +467,14 @@ def numba_stream_handle(stream: Any) -> Any:
 
 
 @functools.cache
-def ufunc_classes() -> tuple[type, type]:
-    """numba-cuda's ``CUDAUFuncDispatcher`` (what ``vectorize(target="cuda")`` makes) and
-    ``Reduce`` (``cuda.reduce``), whose ``__call__`` ``fastlaunch.ufuncs`` replaces."""
+def ufunc_classes() -> tuple[type, type, type]:
+    """numba-cuda's ``CUDAUFuncDispatcher`` (what ``vectorize(target="cuda")`` makes),
+    ``CUDAGeneralizedUFunc`` (``guvectorize(target="cuda")``) and ``Reduce``
+    (``cuda.reduce``), whose ``__call__`` ``fastlaunch.ufuncs`` replaces."""
     from numba.cuda.kernels.reduction import Reduce
-    from numba.cuda.vectorizers import CUDAUFuncDispatcher
+    from numba.cuda.vectorizers import CUDAGeneralizedUFunc, CUDAUFuncDispatcher
 
-    return CUDAUFuncDispatcher, Reduce
+    return CUDAUFuncDispatcher, CUDAGeneralizedUFunc, Reduce
 
 
 def ufunc_loop(typemap: Any, args: tuple) -> tuple[tuple, Any, Any, tuple]:

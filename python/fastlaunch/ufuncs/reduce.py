@@ -19,9 +19,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
-from fastlaunch.ufuncs import arguments
+from fastlaunch.ufuncs import arguments, kernels, plans
 
 #: numba-cuda's limit on the first kernel's blocks (two warps of partial results)
 MAX_FULL_BLOCKS = 64
@@ -90,20 +89,11 @@ def call(reduction: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
     size = array.shape[0]
     if size < 1:
         return numba_call(reduction, *args, **kws)
-    plans = reduction.__dict__.get("_fastlaunch_plans")
-    if plans is None:
-        plans = reduction._fastlaunch_plans = {}
-    key = (_core.current_device(), dtype, size)
-    plan = plans.get(key)
+    remembered = plans.of(reduction)
+    key = (plans.device(), dtype, size)
+    plan = remembered.get(key)
     if plan is None:
-        if len(plans) >= 256:
-            plans.clear()
-        plan = plans[key] = Plan(_fastlaunch_kernel(reduction._compile(dtype)), size)
+        plan = Plan(kernels.as_fastlaunch(reduction._compile(dtype)), size)
+        plans.remember(remembered, key, plan)
     init = dtype.type(kws.get("init", 0))  # numba-cuda's cast
     return plan.run(array, res, init, kws.get("stream", 0))
-
-
-def _fastlaunch_kernel(kernel: Any) -> Any:
-    from fastlaunch.ufuncs.vectorize import _fastlaunch_kernel as as_fastlaunch
-
-    return as_fastlaunch(kernel)

@@ -26,13 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
-from fastlaunch.dispatcher import numba_type
-from fastlaunch.ufuncs import arguments, stagers
+from fastlaunch.ufuncs import arguments, kernels, plans, stagers
 
-#: plans kept per ufunc; past this the oldest half is dropped
-MAX_PLANS = 256
 #: what a key maps to when numba-cuda's own call takes that call
 NUMBA = None
 
@@ -109,7 +105,7 @@ def call(ufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
     out = kws.get("out")
     if len(kws) > ("stream" in kws) + ("out" in kws):
         return numba_call(ufunc, *args, **kws)  # numba-cuda warns about the others
-    key: list[Any] = [_core.current_device()]
+    key: list[Any] = [plans.device()]
     for value in args:
         part = arguments.key_of(value)
         if part is None:
@@ -121,28 +117,15 @@ def call(ufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
             return numba_call(ufunc, *args, **kws)
         key.append(part)
     key.append(stream == 0 or stream is None)
-    plans = _plans(ufunc)
+    remembered = plans.of(ufunc)
     frozen = tuple(key)
-    plan = plans.get(frozen, _UNPLANNED)
-    if plan is _UNPLANNED:
+    plan = remembered.get(frozen, plans.UNPLANNED)
+    if plan is plans.UNPLANNED:
         plan = _plan(ufunc, args, out, stream)
-        if len(plans) >= MAX_PLANS:
-            for old in list(plans)[: MAX_PLANS // 2]:
-                plans.pop(old, None)
-        plans[frozen] = plan
+        plans.remember(remembered, frozen, plan)
     if plan is NUMBA:
         return numba_call(ufunc, *args, **kws)
     return plan.run(args, out, stream)
-
-
-_UNPLANNED = object()
-
-
-def _plans(ufunc: Any) -> dict:
-    plans = ufunc.__dict__.get("_fastlaunch_plans")
-    if plans is None:
-        plans = ufunc._fastlaunch_plans = {}
-    return plans
 
 
 def _plan(ufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
@@ -175,27 +158,19 @@ def _plan(ufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
         np.dtype(dtype).type if kind == arguments.SCALAR else None
         for kind, dtype in zip(kinds, loop_dtypes, strict=True)
     )
-    kernel = _fastlaunch_kernel(kernel)
+    kernel = kernels.as_fastlaunch(kernel)
     if len(shape) != 1 or any(s != shape for s in shapes):
         # numba-cuda's own kernel indexes 1-d arrays only: a stager over the same core
         core = kernel.py_func.__globals__["__core__"]
         kernel = _stager(ufunc, core, stagers.pattern_of(shapes, shape))
     example = _example_arguments(args, actions, casts, shape, result_dtype, out)
-    blockdim = _block_size(kernel, example)
+    blockdim = kernels.block_size(kernel, example)
     elements = int(np.prod(shape))
     griddim = (elements + blockdim - 1) // blockdim
     # numba-cuda's rule: the result stays on the device if any input or `out` is there
     on_host = (arguments.HOST_ARRAY, arguments.SCALAR)
     to_host = out is None and all(kind in on_host for kind in kinds)
     return Plan(actions, casts, kernel, griddim, blockdim, shape, np.dtype(result_dtype), to_host)
-
-
-def _block_size(kernel: Any, example: tuple) -> int:
-    """numba-cuda's forall block size for ``kernel`` over arguments of ``example``'s types, as
-    fastlaunch types them (the overload the plan's launches use), compiled now: asked once,
-    where numba-cuda's forall asks on every call."""
-    argtypes = tuple(numba_type(d) for d in _core.describe(_core.fingerprint(example)))
-    return numba_cuda.forall_block_size(kernel.dispatcher, argtypes, 0)
 
 
 def _action(kind: int) -> int:
@@ -224,19 +199,6 @@ def _example_arguments(
 
 def _order(array: np.ndarray) -> str:
     return "C" if array.flags.c_contiguous else "F"
-
-
-def _fastlaunch_kernel(kernel: Any) -> Any:
-    """``kernel`` as a fastlaunch kernel: a ufunc made before ``install()`` holds numba-cuda's
-    dispatcher, wrapped once (its compiled code is numba-cuda's, shared)."""
-    from fastlaunch.dispatcher import Kernel
-
-    if isinstance(kernel, Kernel):
-        return kernel
-    made = kernel.__dict__.get("_fastlaunch_kernel")
-    if made is None:
-        made = kernel._fastlaunch_kernel = Kernel(kernel)
-    return made
 
 
 def _stager(ufunc: Any, core: Any, pattern: stagers.Pattern) -> Any:

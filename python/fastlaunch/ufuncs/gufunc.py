@@ -1,0 +1,150 @@
+"""A CUDA gufunc call (``guvectorize(target="cuda")``) on fastlaunch's path.
+
+numba-cuda's ``GeneralizedUFunc.__call__`` builds a call-steps object per call, schedules the
+loop from the input shapes, looks the kernel up by dtypes, allocates the outputs, reshapes
+every argument into a new array object and launches through ``forall``, which asks the driver
+for a block size. Here the first call with given argument types and shapes asks numba-cuda's
+own scheduler (``GUFuncEngine.schedule``, so its errors are numba-cuda's) and makes a
+:class:`Plan`: the kernel, its block size (asked once), the outputs' shapes and dtypes. Later
+calls with the same key copy host inputs, allocate the outputs, launch once and copy back if
+every input was on the host.
+
+A plan covers calls whose arguments are already in the form numba-cuda's kernel takes: one
+loop dimension, every input of shape ``(loop, *core)``, and outputs of the loop's dtypes
+allocated or given (one output, ``out=`` a numba-cuda device array of its shape and dtype).
+Everything else (scalar or broadcast inputs, several or no loop dimensions, casts to another
+loop, positional outputs, host arrays with a stream) is numba-cuda's own call."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from fastlaunch.ufuncs import arguments, kernels, plans
+
+
+class Plan:
+    """A gufunc call's work, fixed by its key."""
+
+    __slots__ = ("copies", "kernel", "griddim", "blockdim", "outputs", "to_host", "launchers")
+
+    def __init__(
+        self,
+        copies: tuple[bool, ...],
+        kernel: Any,
+        griddim: int,
+        blockdim: int,
+        outputs: tuple[tuple[tuple[int, ...], np.dtype], ...],
+        to_host: bool,
+    ) -> None:
+        self.copies = copies
+        self.kernel = kernel
+        self.griddim = griddim
+        self.blockdim = blockdim
+        self.outputs = outputs
+        self.to_host = to_host
+        self.launchers: tuple[Any, Any] = (None, None)
+
+    def run(self, args: tuple, out: Any, stream: Any) -> Any:
+        cuda = sys.modules["numba.cuda"]
+        launch_args = [
+            cuda.to_device(value, stream=stream) if copy else value
+            for copy, value in zip(self.copies, args, strict=True)
+        ]
+        if out is None:
+            outputs = [cuda.device_array(s, d, stream=stream) for s, d in self.outputs]
+        else:
+            outputs = [out]
+        last_stream, launcher = self.launchers
+        if launcher is None or last_stream is not stream:
+            launcher = self.kernel[self.griddim, self.blockdim, stream]
+            self.launchers = (stream, launcher)
+        launcher(*launch_args, *outputs)
+        if self.to_host:
+            outputs = [output.copy_to_host() for output in outputs]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def call(gufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
+    """``gufunc(*args, **kws)``: by a remembered plan, or numba-cuda's ``numba_call``."""
+    engine = gufunc.engine
+    stream = kws.get("stream", 0)
+    out = kws.get("out")
+    if len(args) != engine.nin or len(kws) > ("stream" in kws) + ("out" in kws):
+        return numba_call(gufunc, *args, **kws)
+    key: list[Any] = [plans.device()]
+    for value in args:
+        part = arguments.key_of(value)
+        if part is None or part[0] == arguments.SCALAR:
+            return numba_call(gufunc, *args, **kws)
+        key.append(part)
+    if out is not None:
+        part = arguments.key_of(out)
+        if part is None or part[0] != arguments.NUMBA_ARRAY or engine.nout != 1:
+            return numba_call(gufunc, *args, **kws)
+        key.append(part)
+    key.append(stream == 0 or stream is None)
+    remembered = plans.of(gufunc)
+    frozen = tuple(key)
+    plan = remembered.get(frozen, plans.UNPLANNED)
+    if plan is plans.UNPLANNED:
+        plan = _plan(gufunc, args, out, stream)
+        plans.remember(remembered, frozen, plan)
+    if plan is None:
+        return numba_call(gufunc, *args, **kws)
+    return plan.run(args, out, stream)
+
+
+def _plan(gufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
+    """The plan of a call, or None (numba-cuda's own call, which raises its own errors)."""
+    kinds = [arguments.kind_of(type(value)) for value in args]
+    shapes = [arguments.shape_of(value) for value in args]
+    try:
+        schedule = gufunc.engine.schedule(shapes)
+    except Exception:
+        return None
+    dtypes = tuple(np.dtype(_dtype(value, kind)) for value, kind in zip(args, kinds, strict=True))
+    found = gufunc.kernelmap.get(dtypes)
+    if found is None or len(schedule.loopdims) != 1:
+        return None  # casts to another loop, no or several loop dimensions
+    out_dtypes, kernel = found
+    loop = schedule.loopdims[0]
+    if loop < 1 or any(
+        shape != (loop, *core) for shape, core in zip(shapes, schedule.ishapes, strict=True)
+    ):
+        return None  # broadcast or pinned inputs: numba-cuda reshapes them
+    host = [value for kind, value in zip(kinds, args, strict=True) if kind == arguments.HOST_ARRAY]
+    if host and not (stream == 0 or stream is None):
+        return None
+    if not all(value.flags.c_contiguous or value.flags.f_contiguous for value in host):
+        return None
+    outputs = tuple(
+        (tuple(shape), np.dtype(dtype))
+        for shape, dtype in zip(schedule.output_shapes, out_dtypes, strict=True)
+    )
+    if out is not None and (tuple(out.shape), out.dtype) != outputs[0]:
+        return None
+    kernel = kernels.as_fastlaunch(kernel)
+    copies = tuple(kind == arguments.HOST_ARRAY for kind in kinds)
+    cuda = sys.modules["numba.cuda"]
+    example = [
+        cuda.device_array(value.shape, value.dtype, order=_order(value)) if copy else value
+        for copy, value in zip(copies, args, strict=True)
+    ]
+    example += [out] if out is not None else [cuda.device_array(s, d) for s, d in outputs]
+    blockdim = kernels.block_size(kernel, tuple(example))
+    griddim = (loop + blockdim - 1) // blockdim
+    to_host = out is None and all(copies)
+    return Plan(copies, kernel, griddim, blockdim, outputs, to_host)
+
+
+def _dtype(value: Any, kind: int) -> Any:
+    if kind == arguments.CAI_ARRAY:
+        return np.dtype(value.__cuda_array_interface__["typestr"])
+    return value.dtype
+
+
+def _order(array: np.ndarray) -> str:
+    return "C" if array.flags.c_contiguous else "F"

@@ -1,0 +1,33 @@
+"""The plans a ufunc, gufunc or reduction object remembers, by call key: kept on the object
+itself (so they go with it), at most ``MAX_PLANS``; past that the oldest half is dropped. A key
+starts with the current device (a plan's kernel and block size are the device's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastlaunch import _core
+
+MAX_PLANS = 256
+#: what ``find`` returns for a key with no plan yet
+UNPLANNED: Any = object()
+
+
+def of(owner: Any) -> dict:
+    """``owner``'s plans (made on first use)."""
+    plans = owner.__dict__.get("_fastlaunch_plans")
+    if plans is None:
+        plans = owner._fastlaunch_plans = {}
+    return plans
+
+
+def remember(plans: dict, key: Any, plan: Any) -> None:
+    if len(plans) >= MAX_PLANS:
+        for old in list(plans)[: MAX_PLANS // 2]:
+            plans.pop(old, None)  # another thread may have dropped it first
+    plans[key] = plan
+
+
+def device() -> Any:
+    """The current device, the first part of every key."""
+    return _core.current_device()
