@@ -101,28 +101,24 @@ class Plan:
 
 def call(ufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
     """``ufunc(*args, **kws)``: by a remembered plan, or numba-cuda's ``numba_call``."""
-    stream = kws.get("stream", 0)
-    out = kws.get("out")
-    if len(kws) > ("stream" in kws) + ("out" in kws):
-        return numba_call(ufunc, *args, **kws)  # numba-cuda warns about the others
-    key: list[Any] = [plans.device()]
-    for value in args:
-        part = arguments.key_of(value)
-        if part is None:
+    if kws:
+        stream = kws.get("stream", 0)
+        out = kws.get("out")
+        if len(kws) > ("stream" in kws) + ("out" in kws):
+            return numba_call(ufunc, *args, **kws)  # numba-cuda warns about the others
+        out_key = None if out is None else arguments.key_of(out)
+        if out is not None and (out_key is None or out_key[0] != arguments.NUMBA_ARRAY):
             return numba_call(ufunc, *args, **kws)
-        key.append(part)
-    if out is not None:
-        part = arguments.key_of(out)
-        if part is None or part[0] != arguments.NUMBA_ARRAY:
-            return numba_call(ufunc, *args, **kws)
-        key.append(part)
-    key.append(stream == 0 or stream is None)
+    else:
+        stream, out, out_key = 0, None, None
+    key = (plans.device(), out_key, stream == 0 or stream is None, *map(arguments.key_of, args))
+    if None in key[3:]:
+        return numba_call(ufunc, *args, **kws)  # an argument only numba-cuda's call takes
     remembered = plans.of(ufunc)
-    frozen = tuple(key)
-    plan = remembered.get(frozen, plans.UNPLANNED)
+    plan = remembered.get(key, plans.UNPLANNED)
     if plan is plans.UNPLANNED:
         plan = _plan(ufunc, args, out, stream)
-        plans.remember(remembered, frozen, plan)
+        plans.remember(remembered, key, plan)
     if plan is NUMBA:
         return numba_call(ufunc, *args, **kws)
     return plan.run(args, out, stream)
