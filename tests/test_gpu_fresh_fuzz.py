@@ -4,7 +4,7 @@ numba-cuda's own launch path (the reference: it reads every argument afresh on e
 and by fastlaunch, and comparing the outputs bit for bit. A step repeats the last arguments,
 makes new arrays (numba, CuPy, torch, CUDA Array Interface objects, views of them), drops
 and reallocates an array of the same size (its memory is likely reused), mutates one in
-place (values; a CuPy array's shape, a torch tensor's storage with ``set_`` and ``resize_``),
+place (values; a torch tensor's storage with ``set_`` and ``resize_``),
 or launches on a new stream. Run one seed again with ``FASTLAUNCH_FRESH_SEEDS=17`` (or a
 range, ``0-39``); ``FASTLAUNCH_FRESH_STEPS`` sets the steps per seed."""
 
@@ -82,10 +82,6 @@ def new_array(rng: random.Random, source: str, dtype: str):
 def mutate(rng: random.Random, array) -> str:
     """Changes ``array`` in place, as its library allows; what was done."""
     kind = type(array).__module__.split(".")[0]
-    if kind == "cupy" and array.size >= 2 and rng.random() < 0.5:
-        if array.size % 2 == 0:
-            array.shape = (array.size // 2,)  # the first half: a new shape, the same memory
-            return "cupy shape"
     if kind == "torch":
         import torch
 
