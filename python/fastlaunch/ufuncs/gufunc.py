@@ -70,28 +70,24 @@ class Plan:
 def call(gufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
     """``gufunc(*args, **kws)``: by a remembered plan, or numba-cuda's ``numba_call``."""
     engine = gufunc.engine
-    stream = kws.get("stream", 0)
-    out = kws.get("out")
-    if len(args) != engine.nin or len(kws) > ("stream" in kws) + ("out" in kws):
-        return numba_call(gufunc, *args, **kws)
-    key: list[Any] = [plans.device()]
-    for value in args:
-        part = arguments.key_of(value)
-        if part is None or part[0] == arguments.SCALAR:
+    if len(args) != engine.nin:
+        return numba_call(gufunc, *args, **kws)  # outputs given positionally, or an error
+    if kws:
+        stream = kws.get("stream", 0)
+        out = kws.get("out")
+        if len(kws) > ("stream" in kws) + ("out" in kws):
             return numba_call(gufunc, *args, **kws)
-        key.append(part)
-    if out is not None:
-        part = arguments.key_of(out)
-        if part is None or part[0] != arguments.NUMBA_ARRAY or engine.nout != 1:
+        out_key = None if out is None else arguments.key_of(out)
+        if out is not None and (
+            out_key is None or out_key[0] != arguments.NUMBA_ARRAY or engine.nout != 1
+        ):
             return numba_call(gufunc, *args, **kws)
-        key.append(part)
-    key.append(stream == 0 or stream is None)
-    remembered = plans.of(gufunc)
-    frozen = tuple(key)
-    plan = remembered.get(frozen, plans.UNPLANNED)
-    if plan is plans.UNPLANNED:
-        plan = _plan(gufunc, args, out, stream)
-        plans.remember(remembered, frozen, plan)
+    else:
+        stream, out, out_key = 0, None, None
+    key = (plans.device(), out_key, stream == 0 or stream is None, *map(arguments.key_of, args))
+    if any(part is None or part[0] == arguments.SCALAR for part in key[3:]):
+        return numba_call(gufunc, *args, **kws)  # scalars: numba-cuda broadcasts them
+    plan = plans.find(gufunc, key, _plan, gufunc, args, out, stream)
     if plan is None:
         return numba_call(gufunc, *args, **kws)
     return plan.run(args, out, stream)

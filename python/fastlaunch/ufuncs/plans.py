@@ -13,6 +13,17 @@ MAX_PLANS = 256
 UNPLANNED: Any = object()
 
 
+def find(owner: Any, key: Any, make: Any, *make_args: Any) -> Any:
+    """``owner``'s plan for ``key``: the one remembered, or ``make(*make_args)``'s, remembered
+    (None, a call numba-cuda's own code takes, is remembered too)."""
+    remembered = of(owner)
+    plan = remembered.get(key, UNPLANNED)
+    if plan is UNPLANNED:
+        plan = make(*make_args)
+        remember(remembered, key, plan)
+    return plan
+
+
 def of(owner: Any) -> dict:
     """``owner``'s plans (made on first use)."""
     plans = owner.__dict__.get("_fastlaunch_plans")

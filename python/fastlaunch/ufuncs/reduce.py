@@ -89,11 +89,11 @@ def call(reduction: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
     size = array.shape[0]
     if size < 1:
         return numba_call(reduction, *args, **kws)
-    remembered = plans.of(reduction)
     key = (plans.device(), dtype, size)
-    plan = remembered.get(key)
-    if plan is None:
-        plan = Plan(kernels.as_fastlaunch(reduction._compile(dtype)), size)
-        plans.remember(remembered, key, plan)
+    plan = plans.find(reduction, key, _plan, reduction, dtype, size)
     init = dtype.type(kws.get("init", 0))  # numba-cuda's cast
     return plan.run(array, res, init, kws.get("stream", 0))
+
+
+def _plan(reduction: Any, dtype: Any, size: int) -> Plan:
+    return Plan(kernels.as_fastlaunch(reduction._compile(dtype)), size)

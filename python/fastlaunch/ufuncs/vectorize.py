@@ -114,11 +114,7 @@ def call(ufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
     key = (plans.device(), out_key, stream == 0 or stream is None, *map(arguments.key_of, args))
     if None in key[3:]:
         return numba_call(ufunc, *args, **kws)  # an argument only numba-cuda's call takes
-    remembered = plans.of(ufunc)
-    plan = remembered.get(key, plans.UNPLANNED)
-    if plan is plans.UNPLANNED:
-        plan = _plan(ufunc, args, out, stream)
-        plans.remember(remembered, key, plan)
+    plan = plans.find(ufunc, key, _plan, ufunc, args, out, stream)
     if plan is NUMBA:
         return numba_call(ufunc, *args, **kws)
     return plan.run(args, out, stream)
