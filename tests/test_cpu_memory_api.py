@@ -95,6 +95,44 @@ print(fake.fake_outstanding_allocations() - base <= 4)
     assert lines == ["True True", "True", "True"]
 
 
+def test_frees_bypass_the_queue_but_defer_cleanup_holds_them_back(run_on_stand_in):
+    """A pool free is stream-ordered, so it needs no deferral: it is made when the array goes
+    (nothing in numba-cuda's queue); inside `defer_cleanup()` (nested too, and after an
+    exception left one) it waits in the queue as numba-cuda's frees do."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+deallocations = context.deallocations
+base = fake.fake_outstanding_allocations()
+array = fl.device_array(4096)
+pointer = array.gpu_data
+del array
+print(fake.fake_outstanding_allocations() - base, len(deallocations))  # its pointer holds it
+del pointer
+print(fake.fake_outstanding_allocations() - base, len(deallocations))
+with context.memory_manager.defer_cleanup():
+    with context.memory_manager.defer_cleanup():
+        del_me = [fl.device_array(16) for _ in range(3)]
+        del del_me
+        deallocations.clear()  # held back
+        print(fake.fake_outstanding_allocations() - base, len(deallocations))
+    del_me = fl.device_array((2, 2), order="F")
+    del del_me
+    print(fake.fake_outstanding_allocations() - base, len(deallocations))
+deallocations.clear()
+print(fake.fake_outstanding_allocations() - base, len(deallocations))
+try:
+    with context.memory_manager.defer_cleanup():
+        raise KeyError
+except KeyError:
+    pass
+fl.device_array(16)
+print(fake.fake_outstanding_allocations() - base, len(deallocations))
+"""
+    )
+    assert lines == ["1 0", "0 0", "3 3", "4 4", "0 0", "0 0"]
+
+
 def test_device_arrays_and_pinned_arrays(run_on_stand_in):
     lines = run_on_stand_in(
         PRELUDE

@@ -150,3 +150,82 @@ print(fake.fake_last_recording_stream() == OTHER)  # the launch's own event, for
 """
     )
     assert lines == ["3", "2 1", "3 2", "True"]
+
+
+def test_a_new_stream_object_per_launch_reuses_its_configuration_and_is_not_kept(
+    run_on_stand_in,
+):
+    """`kernel[grid, block, stream]` with a new `cuda.stream()` per launch (pooled streams under
+    install: the handles repeat) finds the configuration by the stream's handle: no parse, no
+    new entry; the launch goes to the new stream's handle; the cache keeps no stream alive.
+    A launcher held keeps its stream (and is the one `kernel[...]` gives for it)."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from fastlaunch.memory import streams
+fake.fake_last_launch_stream.restype = ctypes.c_void_p
+
+launch(streams.stream(), device)  # registers the overload, caches the configuration
+parses, count = one._configuration_parses, one._configuration_count
+handles = set()
+for _ in range(20):
+    stream = streams.stream()
+    one[1, 1, stream](device)
+    handles.add(stream.__cuda_stream__()[1])
+    print(fake.fake_last_launch_stream() == stream.__cuda_stream__()[1])
+    collected = weakref.ref(stream)
+    del stream
+    print(collected() is None)
+print(len(handles), one._configuration_parses - parses, one._configuration_count - count)
+
+first, second = streams.stream(), streams.stream()  # two handles at once
+held = one[1, 1, first]
+print(held is one[1, 1, first], held.stream is first, one[1, 1, second].stream is second)
+one[1, 1, second](device)
+print(fake.fake_last_launch_stream() == second.__cuda_stream__()[1])
+collected = weakref.ref(first)
+del first
+print(collected() is not None)  # held by its launcher
+held(device)
+print(fake.fake_last_launch_stream() == held.stream_handle)
+del held
+print(collected() is None)
+print(one._configuration_parses - parses, one._configuration_count - count)
+"""
+    )
+    assert lines == ["True", "True"] * 20 + [
+        "1 0 0",
+        "True True True",
+        "True",
+        "True",
+        "True",
+        "True",
+        "1 1",
+    ]
+
+
+def test_stream_objects_of_one_handle_share_a_configuration_and_launch_there(run_on_stand_in):
+    """Any stream object (numba-cuda's, cuda.core's, torch's: `__cuda_stream__`) is keyed by the
+    handle it gives; int handles and None keep configurations of their own."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+fake.fake_last_launch_stream.restype = ctypes.c_void_p
+
+class Stream:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+launch(None, device)
+parses = one._configuration_parses
+for stream in (Stream(BLOCKING), Stream(BLOCKING), Stream(NON_BLOCKING), BLOCKING, None):
+    one[1, 1, stream](device)
+    expected = stream if type(stream) is int else getattr(stream, "handle", None)
+    print(fake.fake_last_launch_stream() == expected)
+print(one._configuration_parses - parses)  # the first object's handle, the other, the int
+"""
+    )
+    assert lines == ["True"] * 5 + ["3"]

@@ -1,11 +1,12 @@
 """Device memory for numba-cuda's arrays: from the driver's stream-ordered pool, owned by a
 numba-cuda ``MemoryPointer`` built as numba-cuda's own memory manager builds its pointers, so
 views, ``OwnedPointer`` reference counts, ``cuda.close()`` and deferred deallocation
-(``cuda.defer_cleanup()``) behave as they do for numba-cuda's memory. The free goes through
-the context's deallocation queue, then ``_core.mem_free``: ordered on the legacy default
-stream (after all work on blocking streams), after the work on non-blocking streams since
-the last free (``rust/ext/src/memory/ordering.rs``). With an External Memory Management
-plugin selected, its ``memalloc`` allocates.
+(``cuda.defer_cleanup()``) behave as they do for numba-cuda's memory. The free is
+``_core.mem_free`` at once (through the context's deallocation queue inside
+``cuda.defer_cleanup()``): ordered on the legacy default stream (after all work on blocking
+streams), after the work on non-blocking streams since the last free
+(``rust/ext/src/memory/ordering.rs``). With an External Memory Management plugin selected,
+its ``memalloc`` allocates.
 
 numba-cuda's ``Context`` is looked up once per context (by its unique id), not per call."""
 
@@ -129,8 +130,10 @@ def _pool_alloc_again(error: CudaError, nbytes: int, stream_handle: int, manager
 
 
 class _PoolFree(objects.Release):
-    """numba-cuda's ``_alloc_finalizer`` for pool memory: the free waits in the context's
-    deallocation queue (``cuda.defer_cleanup()`` holds it there)."""
+    """numba-cuda's ``_alloc_finalizer`` for pool memory. A stream-ordered free needs no
+    deferral (it is ordered after every use on the GPU): it is made at once, unless
+    ``cuda.defer_cleanup()`` holds the context's deallocation queue, where it then waits as
+    numba-cuda's own frees do."""
 
     __slots__ = ("address", "allocations", "deallocations", "key", "nbytes")
 
@@ -151,7 +154,11 @@ class _PoolFree(objects.Release):
         address = self.address
         if self.allocations:
             self.allocations.pop(address, None)
-        self.deallocations.add_item(_free, (address, self.key), self.nbytes)
+        deallocations = self.deallocations
+        if deallocations.is_disabled:
+            deallocations.add_item(_free, (address, self.key), self.nbytes)
+        else:
+            _core.mem_free(address, 0, self.key)
 
 
 def _free(item: tuple[int, int]) -> None:

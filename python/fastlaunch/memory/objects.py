@@ -34,8 +34,14 @@ _new = object.__new__
 _proxy = weakref.proxy
 _ref = weakref.ref
 
-#: the weak references that run streams' and events' releases, held until they run
-_releases: set[Any] = set()
+#: per weak reference to a stream or event made here: the release its collection runs,
+#: ``(function, argument)``
+_releases: dict[Any, tuple] = {}
+
+
+def _released(reference: Any) -> None:
+    release, argument = _releases.pop(reference)
+    release(argument)
 
 
 #: numba-cuda's classes these objects are made of, once looked up
@@ -223,28 +229,25 @@ def numba_stream(handle: int, release: Any, argument: Any) -> Any:
     """A numba-cuda ``Stream`` over ``handle``, as ``Context.create_stream`` makes one (not
     external); when it is collected, ``release(argument)`` runs (where numba-cuda's
     finalizer queues the stream's destruction)."""
-    classes = kinds()
+    classes = _classes or kinds()
     made = _new(classes.Stream)
-    made.__dict__.update(handle=classes.CUstream(handle), external=False)
-
-    def collected(reference: Any) -> None:
-        _releases.discard(reference)
-        release(argument)
-
-    _releases.add(_ref(made, collected))
+    # the attributes Stream.__init__ sets, in its order
+    made.handle = classes.CUstream(handle)
+    made.external = False
+    _releases[_ref(made, _released)] = (release, argument)
     return made
 
 
 def numba_event(handle: int, deallocations: Any) -> Any:
     """A numba-cuda ``Event`` over ``handle``, as ``Context.create_event`` makes one: when it
     is collected, the event's destruction is queued in ``deallocations`` (the context's)."""
-    classes = kinds()
+    classes = _classes or kinds()
     made = _new(classes.Event)
-    made.__dict__.update(handle=classes.CUevent(handle))
-
-    def collected(reference: Any) -> None:
-        _releases.discard(reference)
-        deallocations.add_item(_core.event_destroy, handle)
-
-    _releases.add(_ref(made, collected))
+    made.handle = classes.CUevent(handle)
+    _releases[_ref(made, _released)] = (_queue_event_destroy, (deallocations, handle))
     return made
+
+
+def _queue_event_destroy(item: tuple) -> None:
+    deallocations, handle = item
+    deallocations.add_item(_core.event_destroy, handle)

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use fastlaunch_driver::{self as driver, LaunchDims};
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 use crate::devices::driver;
 use crate::errors::{Error, Result};
@@ -255,11 +256,13 @@ pub(crate) fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
             })
         });
     }
-    if let Ok(protocol) = stream.getattr(intern!(stream.py(), "__cuda_stream__")) {
-        let (_version, handle): (i64, usize) = protocol.call0()?.extract().map_err(|_| {
+    let protocol = intern!(stream.py(), "__cuda_stream__");
+    if stream.hasattr(protocol)? {
+        // called as a method: no bound method object is made
+        let pair = stream.call_method0(protocol)?;
+        return protocol_handle(&pair).ok_or_else(|| {
             Error::Type("__cuda_stream__() must return (version, handle) ints".into())
-        })?;
-        return Ok(handle);
+        });
     }
     Err(Error::Type(format!(
         "stream must be 0 or None, an int handle, or an object with __cuda_stream__ \
@@ -270,6 +273,13 @@ pub(crate) fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
             .map(|n| n.to_string())
             .unwrap_or_default()
     )))
+}
+
+/// The handle of a `__cuda_stream__()` result: `(version, handle)`, two ints.
+fn protocol_handle(pair: &Bound<'_, PyAny>) -> Option<usize> {
+    let pair = pair.cast::<PyTuple>().ok().filter(|p| p.len() == 2)?;
+    pair.get_borrowed_item(0).ok()?.extract::<i64>().ok()?;
+    pair.get_borrowed_item(1).ok()?.extract::<usize>().ok()
 }
 
 /// Chooses the launch stream and orders it after the inputs' producer streams (see

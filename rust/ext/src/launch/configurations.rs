@@ -6,22 +6,37 @@
 //! Only the plain spellings are keyed: dimensions as positive ints (or tuples of 1 to 3 of
 //! them), the stream as None, an int handle or a stream object, the shared memory as None or
 //! an int. Anything else (and every invalid value) takes the full parse in `launcher.rs`,
-//! which raises numba-cuda's errors. A stream object is keyed by identity: the cached
-//! launcher holds it, so no other object can take its address while the entry lives, and its
-//! handle is read once, when the configuration is first made (as for a reused launcher).
+//! which raises numba-cuda's errors.
+//!
+//! A stream object is keyed by the handle it gives, which is all a launch reads of it (its
+//! flags, context and capture state are asked of the handle at each launch): a new stream
+//! object over a handle seen before (numba-cuda's `cuda.stream()` under install hands out
+//! pooled streams) reuses the configuration without a parse. The launcher holds its stream
+//! object (its `stream`, and what numba-cuda's launches get), so the cache holds such a
+//! launcher only weakly and never keeps a stream alive: `kernel[...]` gives the launcher last
+//! made for that configuration while it lives and its stream is the one written (checked by
+//! address, which a live launcher's stream keeps), else a new launcher over the stream
+//! object given, its handle just read from it.
 //!
 //! Entries are read lock-free (`ArcSwap`); a miss inserts under a lock, evicting the oldest
-//! entry once `CAPACITY` are held. The entries hold their launchers, which hold the kernel: the
-//! kernel reports them to Python's cycle collector (`Kernel.__traverse__`).
+//! entry once `CAPACITY` are held. The entries hold their launchers (but those of stream
+//! objects), which hold the kernel: the kernel reports them to Python's cycle collector
+//! (`Kernel.__traverse__`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
+use fastlaunch_driver::LaunchDims;
 use pyo3::ffi;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyTuple, PyWeakrefReference};
+
+use crate::errors::Result;
+use crate::launch::launcher::Launcher;
+use crate::launch::overloads::Kernel;
+use crate::streams::parse_stream;
 
 /// Configurations kept per kernel (numba-cuda keeps 128 across all kernels).
 const CAPACITY: usize = 16;
@@ -33,23 +48,36 @@ enum StreamKey {
     Default,
     /// An int handle.
     Handle(u64),
-    /// A stream object, by address (held by the cached launcher).
-    Object(usize),
+    /// A stream object, by the handle it gave.
+    Object(u64),
 }
 
 /// A configuration's key: what the launcher it makes depends on.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct ConfigKey {
+struct ConfigKey {
     grid: [u32; 3],
     block: [u32; 3],
     stream: StreamKey,
     shared_mem_bytes: u32,
 }
 
-impl ConfigKey {
-    /// The key of `kernel[config]` when every item has a plain spelling, else None.
+/// `kernel[config]` read without a Python call: a stream object's handle is not read yet.
+struct Written<'a, 'py> {
+    grid: [u32; 3],
+    block: [u32; 3],
+    stream: WrittenStream<'a, 'py>,
+    shared_mem_bytes: u32,
+}
+
+enum WrittenStream<'a, 'py> {
+    Key(StreamKey),
+    Object(Borrowed<'a, 'py, PyAny>),
+}
+
+impl<'a, 'py> Written<'a, 'py> {
+    /// `config` when every item has a plain spelling, else None.
     #[inline]
-    pub(crate) fn of(config: &Bound<'_, PyAny>) -> Option<ConfigKey> {
+    fn of(config: &'a Bound<'py, PyAny>) -> Option<Written<'a, 'py>> {
         let items = config.cast_exact::<PyTuple>().ok()?;
         let len = items.len();
         if !(2..=4).contains(&len) {
@@ -60,19 +88,45 @@ impl ConfigKey {
         let grid = dims_key(&*item(0)?)?;
         let block = dims_key(&*item(1)?)?;
         let stream = match item(2) {
-            Some(stream) => stream_key(&stream)?,
-            None => StreamKey::Default,
+            Some(stream) => stream_key(stream)?,
+            None => WrittenStream::Key(StreamKey::Default),
         };
         let shared_mem_bytes = match item(3) {
             Some(bytes) if !bytes.is_none() => exact_u32(&bytes)?,
             _ => 0,
         };
-        Some(ConfigKey {
+        Some(Written {
             grid,
             block,
             stream,
             shared_mem_bytes,
         })
+    }
+
+    fn key(&self, stream: StreamKey) -> ConfigKey {
+        ConfigKey {
+            grid: self.grid,
+            block: self.block,
+            stream,
+            shared_mem_bytes: self.shared_mem_bytes,
+        }
+    }
+}
+
+impl ConfigKey {
+    /// The dimensions a launcher of this key launches with (a stream object's handle among
+    /// them).
+    fn dims(&self) -> LaunchDims {
+        let stream = match self.stream {
+            StreamKey::Default => 0,
+            StreamKey::Handle(handle) | StreamKey::Object(handle) => handle as usize,
+        };
+        LaunchDims {
+            grid: self.grid,
+            block: self.block,
+            shared_mem_bytes: self.shared_mem_bytes,
+            stream,
+        }
     }
 }
 
@@ -121,20 +175,45 @@ fn exact_u64(value: &Bound<'_, PyAny>) -> Option<u64> {
 }
 
 #[inline]
-fn stream_key(stream: &Bound<'_, PyAny>) -> Option<StreamKey> {
+fn stream_key<'a, 'py>(stream: Borrowed<'a, 'py, PyAny>) -> Option<WrittenStream<'a, 'py>> {
     if stream.is_none() {
-        return Some(StreamKey::Default);
+        return Some(WrittenStream::Key(StreamKey::Default));
     }
     // SAFETY: PyLong_Check only reads the object's type.
     if unsafe { ffi::PyLong_Check(stream.as_ptr()) } != 0 {
-        return exact_u64(stream).map(StreamKey::Handle);
+        return exact_u64(&stream).map(|handle| WrittenStream::Key(StreamKey::Handle(handle)));
     }
-    Some(StreamKey::Object(stream.as_ptr() as usize))
+    Some(WrittenStream::Object(stream))
 }
 
 struct Entry {
     key: ConfigKey,
-    launcher: Py<PyAny>,
+    launcher: Held,
+}
+
+/// What an entry keeps of its launcher.
+enum Held {
+    /// The launcher (its stream None or an int).
+    Launcher(Py<PyAny>),
+    /// The launcher made last for a stream object, held weakly, while it lives.
+    Latest(ArcSwapOption<Latest>),
+}
+
+/// A launcher over a stream object, and that object's address.
+struct Latest {
+    stream: usize,
+    launcher: Py<PyWeakrefReference>,
+}
+
+impl Latest {
+    /// The launcher, when it is alive and its stream is `stream` (a live launcher keeps its
+    /// stream alive, so no other object has that address).
+    fn launcher_on<'py>(&self, stream: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+        if self.stream != stream.as_ptr() as usize {
+            return None;
+        }
+        self.launcher.bind(stream.py()).upgrade()
+    }
 }
 
 /// A kernel's cached configurations.
@@ -142,6 +221,64 @@ pub(crate) struct Configurations {
     entries: ArcSwap<Vec<Arc<Entry>>>,
     last_hit: AtomicUsize,
     insert_lock: Mutex<()>,
+    /// Configurations parsed in full by `kernel[...]` (for tests).
+    parses: AtomicU64,
+}
+
+/// The launcher for `kernel[config]`: cached, or made (and cached when `config` is plain).
+pub(crate) fn launcher<'py>(
+    kernel: &Bound<'py, Kernel>,
+    config: &Bound<'py, PyAny>,
+) -> Result<Bound<'py, PyAny>> {
+    let py = kernel.py();
+    let configurations = &kernel.get().configurations;
+    let Some(written) = Written::of(config) else {
+        return configurations.parse(kernel, config);
+    };
+    let stream = match written.stream {
+        WrittenStream::Key(stream) => {
+            let key = written.key(stream);
+            if let Some(found) = configurations.find(&key) {
+                if let Held::Launcher(launcher) = &found.launcher {
+                    return Ok(launcher.bind(py).clone());
+                }
+            }
+            let launcher = configurations.parse(kernel, config)?;
+            let held = Held::Launcher(launcher.clone().unbind());
+            configurations.insert(key, held);
+            return Ok(launcher);
+        }
+        WrittenStream::Object(stream) => stream.to_owned(),
+    };
+    if let Some(launcher) = configurations.find_latest(&written, &stream) {
+        return Ok(launcher);
+    }
+    let Ok(handle) = parse_stream(&stream) else {
+        return configurations.parse(kernel, config); // raises what the full parse raises
+    };
+    let key = written.key(StreamKey::Object(handle as u64));
+    let found = configurations.find(&key);
+    if let Some(Held::Latest(latest)) = found.as_deref().map(|e| &e.launcher) {
+        let made = Bound::new(py, Launcher::on_stream(kernel, key.dims(), stream.clone()))?;
+        latest.store(Some(Arc::new(Latest::of(&made, &stream)?)));
+        return Ok(made.into_any());
+    }
+    let launcher = configurations.parse(kernel, config)?;
+    let made = launcher.cast::<Launcher>().map_err(PyErr::from)?;
+    // keyed by the handle the launcher holds (read from the object again by the parse)
+    let key = written.key(StreamKey::Object(made.get().dims().stream as u64));
+    let latest = Latest::of(made, &stream)?;
+    configurations.insert(key, Held::Latest(ArcSwapOption::from_pointee(latest)));
+    Ok(launcher)
+}
+
+impl Latest {
+    fn of(launcher: &Bound<'_, Launcher>, stream: &Bound<'_, PyAny>) -> PyResult<Latest> {
+        Ok(Latest {
+            stream: stream.as_ptr() as usize,
+            launcher: PyWeakrefReference::new(launcher)?.unbind(),
+        })
+    }
 }
 
 impl Configurations {
@@ -150,27 +287,64 @@ impl Configurations {
             entries: ArcSwap::from_pointee(Vec::new()),
             last_hit: AtomicUsize::new(0),
             insert_lock: Mutex::new(()),
+            parses: AtomicU64::new(0),
         }
     }
 
-    /// The launcher made for `key`, if it is cached (last hit first).
+    /// The full parse (numba-cuda's errors for bad values).
+    fn parse<'py>(
+        &self,
+        kernel: &Bound<'py, Kernel>,
+        config: &Bound<'py, PyAny>,
+    ) -> Result<Bound<'py, PyAny>> {
+        self.parses.fetch_add(1, Ordering::Relaxed);
+        let launcher = Launcher::from_subscript(kernel, config)?;
+        Ok(Bound::new(kernel.py(), launcher)?.into_any())
+    }
+
+    /// The entry for `key`, if it is cached (last hit first).
     #[inline]
-    pub(crate) fn find(&self, py: Python<'_>, key: &ConfigKey) -> Option<Py<PyAny>> {
+    fn find(&self, key: &ConfigKey) -> Option<Arc<Entry>> {
         let entries = self.entries.load();
         let last = self.last_hit.load(Ordering::Relaxed);
         if let Some(entry) = entries.get(last).filter(|e| e.key == *key) {
-            return Some(entry.launcher.clone_ref(py));
+            return Some(entry.clone());
         }
         let (index, entry) = entries.iter().enumerate().find(|(_, e)| e.key == *key)?;
         self.last_hit.store(index, Ordering::Relaxed);
-        Some(entry.launcher.clone_ref(py))
+        Some(entry.clone())
     }
 
-    /// Caches `launcher` for `key` (unless another thread did first), evicting the oldest
+    /// The launcher made last for `written` with the very stream object `stream`, while it
+    /// lives.
+    #[inline]
+    fn find_latest<'py>(
+        &self,
+        written: &Written<'_, 'py>,
+        stream: &Bound<'py, PyAny>,
+    ) -> Option<Bound<'py, PyAny>> {
+        let same = |key: &ConfigKey| {
+            matches!(key.stream, StreamKey::Object(_))
+                && key.grid == written.grid
+                && key.block == written.block
+                && key.shared_mem_bytes == written.shared_mem_bytes
+        };
+        self.entries
+            .load()
+            .iter()
+            .find_map(|entry| match &entry.launcher {
+                Held::Latest(latest) if same(&entry.key) => {
+                    latest.load().as_ref()?.launcher_on(stream)
+                }
+                _ => None,
+            })
+    }
+
+    /// Caches `held` for `key` (unless another thread did first), evicting the oldest
     /// entry when full. An evicted launcher is dropped after the lock is released: dropping
     /// it can run Python code (a stream's finalizer) that lets the GIL go, and a thread
     /// holding the GIL may be waiting for this lock.
-    pub(crate) fn insert(&self, py: Python<'_>, key: ConfigKey, launcher: &Py<PyAny>) {
+    fn insert(&self, key: ConfigKey, held: Held) {
         let replaced = {
             let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
             let current = self.entries.load_full();
@@ -181,7 +355,7 @@ impl Configurations {
             let mut next: Vec<Arc<Entry>> = current[keep..].to_vec();
             next.push(Arc::new(Entry {
                 key,
-                launcher: launcher.clone_ref(py),
+                launcher: held,
             }));
             self.entries.swap(Arc::new(next))
         };
@@ -193,10 +367,18 @@ impl Configurations {
         self.entries.load().len()
     }
 
-    /// Reports the cached launchers to the cycle collector.
-    pub(crate) fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+    /// How many configurations `kernel[...]` parsed in full.
+    pub(crate) fn parses(&self) -> u64 {
+        self.parses.load(Ordering::Relaxed)
+    }
+
+    /// Reports the cached launchers to the cycle collector (those held weakly are not the
+    /// cache's).
+    pub(crate) fn traverse(&self, visit: &PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
         for entry in self.entries.load().iter() {
-            visit.call(&entry.launcher)?;
+            if let Held::Launcher(launcher) = &entry.launcher {
+                visit.call(launcher)?;
+            }
         }
         Ok(())
     }

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::Result;
-use crate::launch::configurations::ConfigKey;
+use crate::launch::configurations;
 use crate::launch::launcher::Launcher;
 use crate::launch::numba_types::plan_of_types;
 use crate::launch::overloads::Kernel;
@@ -73,25 +73,25 @@ impl Kernel {
     }
 
     /// `kernel[griddim, blockdim]`, `[..., stream]`, `[..., stream, sharedmem]`: the same
-    /// launcher each time for the same configuration, as numba-cuda's cached `configure`.
-    fn __getitem__(slf: &Bound<'_, Self>, config: &Bound<'_, PyAny>) -> Result<Py<PyAny>> {
-        let py = slf.py();
-        let key = ConfigKey::of(config);
-        let configurations = &slf.get().configurations;
-        if let Some(launcher) = key.and_then(|key| configurations.find(py, &key)) {
-            return Ok(launcher);
-        }
-        let launcher = Py::new(py, Launcher::from_subscript(slf, config)?)?.into_any();
-        if let Some(key) = key {
-            configurations.insert(py, key, &launcher);
-        }
-        Ok(launcher)
+    /// launcher each time for the same configuration, as numba-cuda's cached `configure`
+    /// (`configurations.rs`).
+    fn __getitem__<'py>(
+        slf: &Bound<'py, Self>,
+        config: &Bound<'py, PyAny>,
+    ) -> Result<Bound<'py, PyAny>> {
+        configurations::launcher(slf, config)
     }
 
     /// Configurations cached by `kernel[...]`.
     #[getter]
     fn _configuration_count(&self) -> usize {
         self.configurations.len()
+    }
+
+    /// Configurations `kernel[...]` parsed in full (the others came from the cache).
+    #[getter]
+    fn _configuration_parses(&self) -> u64 {
+        self.configurations.parses()
     }
 
     /// The cached launchers hold the kernel: the cycle collector sees them through here.

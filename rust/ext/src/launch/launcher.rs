@@ -29,7 +29,7 @@ use crate::streams::parse_stream;
 const LOW_OCCUPANCY_BLOCKS: u64 = 128;
 
 /// A configured launch: `kernel[grid, block, stream, shmem]`. Calling it launches.
-#[pyclass(frozen, module = "fastlaunch._core")]
+#[pyclass(frozen, weakref, module = "fastlaunch._core")]
 pub struct Launcher {
     kernel: Py<Kernel>,
     config: LaunchConfig,
@@ -80,6 +80,28 @@ impl Launcher {
                 stream: stream.unbind(),
             },
         })
+    }
+
+    /// A launcher of `dims` (a configuration parsed before) over `stream`, the stream object
+    /// that gave `dims.stream`.
+    pub(crate) fn on_stream(
+        kernel: &Bound<'_, Kernel>,
+        dims: LaunchDims,
+        stream: Bound<'_, PyAny>,
+    ) -> Launcher {
+        Launcher {
+            kernel: kernel.clone().unbind(),
+            config: LaunchConfig {
+                dims,
+                cluster: None,
+                stream: stream.unbind(),
+            },
+        }
+    }
+
+    /// What it launches with.
+    pub(crate) fn dims(&self) -> &LaunchDims {
+        &self.config.dims
     }
 
     /// Parses `kernel[config]`: `(griddim, blockdim[, stream[, sharedmem]])`.
