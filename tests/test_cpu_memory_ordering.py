@@ -156,9 +156,11 @@ def test_a_new_stream_object_per_launch_reuses_its_configuration_and_is_not_kept
     run_on_stand_in,
 ):
     """`kernel[grid, block, stream]` with a new `cuda.stream()` per launch (pooled streams under
-    install: the handles repeat) finds the configuration by the stream's handle: no parse, no
-    new entry; the launch goes to the new stream's handle; the cache keeps no stream alive.
-    A launcher held keeps its stream (and is the one `kernel[...]` gives for it)."""
+    install: the handles repeat) finds the configuration by the stream's handle: after the
+    first few, no parse and no new entry; the launch goes to the new stream's handle; the
+    cache keeps only the last few launchers' streams alive (its ring of recent launchers), so
+    the pool's handles go round. A launcher held keeps its stream (and is the one
+    `kernel[...]` gives for it)."""
     lines = run_on_stand_in(
         PRELUDE
         + """
@@ -166,41 +168,47 @@ from fastlaunch.memory import streams
 fake.fake_last_launch_stream.restype = ctypes.c_void_p
 
 launch(streams.stream(), device)  # registers the overload, caches the configuration
-parses, count = one._configuration_parses, one._configuration_count
-handles = set()
-for _ in range(20):
-    stream = streams.stream()
-    one[1, 1, stream](device)
-    handles.add(stream.__cuda_stream__()[1])
-    print(fake.fake_last_launch_stream() == stream.__cuda_stream__()[1])
-    collected = weakref.ref(stream)
-    del stream
-    print(collected() is None)
-print(len(handles), one._configuration_parses - parses, one._configuration_count - count)
+handles, collected = set(), []
+for round in range(2):
+    parses, count = one._configuration_parses, one._configuration_count
+    for _ in range(20):
+        stream = streams.stream()
+        one[1, 1, stream](device)
+        handles.add(stream.__cuda_stream__()[1])
+        print(fake.fake_last_launch_stream() == stream.__cuda_stream__()[1])
+        collected.append(weakref.ref(stream))
+        del stream
+    # the first round meets each pooled handle once; the second only handles seen before
+    print(one._configuration_parses - parses, one._configuration_count - count)
+print(len(handles), sum(ref() is not None for ref in collected))
 
 first, second = streams.stream(), streams.stream()  # two handles at once
 held = one[1, 1, first]
 print(held is one[1, 1, first], held.stream is first, one[1, 1, second].stream is second)
 one[1, 1, second](device)
 print(fake.fake_last_launch_stream() == second.__cuda_stream__()[1])
-collected = weakref.ref(first)
+gone = weakref.ref(first)
 del first
-print(collected() is not None)  # held by its launcher
+print(gone() is not None)  # held by its launcher
 held(device)
 print(fake.fake_last_launch_stream() == held.stream_handle)
 del held
-print(collected() is None)
-print(one._configuration_parses - parses, one._configuration_count - count)
+one._clear_configurations()  # the ring let go: nothing else holds it
+print(gone() is None, all(ref() is None for ref in collected))
 """
     )
-    assert lines == ["True", "True"] * 20 + [
-        "1 0 0",
+    assert lines[:20] == ["True"] * 20
+    assert lines[21:41] == ["True"] * 20
+    first_round, second_round = lines[20], lines[41]
+    assert second_round == "0 0", lines
+    assert first_round in ("0 0", "1 1", "2 2", "3 3", "4 4"), lines  # handles new to it
+    assert lines[42:] == [
+        "5 4",  # the ring holds the last four streams: the pool goes round five handles
         "True True True",
         "True",
         "True",
         "True",
-        "True",
-        "1 1",
+        "True True",
     ]
 
 

@@ -11,27 +11,27 @@
 //! A stream object is keyed by the handle it gives, which is all a launch reads of it (its
 //! flags, context and capture state are asked of the handle at each launch): a new stream
 //! object over a handle seen before (numba-cuda's `cuda.stream()` under install hands out
-//! pooled streams) reuses the configuration without a parse. The launcher holds its stream
-//! object (its `stream`, and what numba-cuda's launches get), so the cache holds such a
-//! launcher only weakly and never keeps a stream alive: `kernel[...]` gives the launcher last
-//! made for that configuration while it lives and its stream is the one written (checked by
-//! address, which a live launcher's stream keeps), else a new launcher over the stream
-//! object given, its handle just read from it.
+//! pooled streams) reuses the configuration without a parse, in a new launcher over the
+//! object given. The entries of stream objects hold no launcher, so they keep no stream
+//! alive. The launchers made last over stream objects, `RECENT` of them, are held in a ring
+//! and found by the stream object's address (which a held launcher's stream keeps): the
+//! inline spelling on a reused stream, or on a few streams in turn, gets its launcher back
+//! without reading the stream. The ring keeps at most `RECENT` streams alive per kernel, so a
+//! new pooled stream per call rotates over a few pooled handles, whose configurations hit.
 //!
 //! Entries are read lock-free (`ArcSwap`); a miss inserts under a lock, evicting the oldest
-//! entry once `CAPACITY` are held. The entries hold their launchers (but those of stream
-//! objects), which hold the kernel: the kernel reports them to Python's cycle collector
-//! (`Kernel.__traverse__`).
+//! entry once `CAPACITY` are held. The entries and the ring hold their launchers, which hold
+//! the kernel: the kernel reports them to Python's cycle collector (`Kernel.__traverse__`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arc_swap::{ArcSwap, ArcSwapOption};
+use arc_swap::ArcSwap;
 use fastlaunch_driver::LaunchDims;
 use pyo3::ffi;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
-use pyo3::types::{PyTuple, PyWeakrefReference};
+use pyo3::types::PyTuple;
 
 use crate::errors::Result;
 use crate::launch::launcher::Launcher;
@@ -40,6 +40,8 @@ use crate::streams::parse_stream;
 
 /// Configurations kept per kernel (numba-cuda keeps 128 across all kernels).
 const CAPACITY: usize = 16;
+/// Launchers over stream objects held per kernel, the last made first.
+const RECENT: usize = 4;
 
 /// A launch stream as written.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -188,38 +190,24 @@ fn stream_key<'a, 'py>(stream: Borrowed<'a, 'py, PyAny>) -> Option<WrittenStream
 
 struct Entry {
     key: ConfigKey,
-    launcher: Held,
+    /// The launcher; None for a stream object's (made per object, see `Recent`).
+    launcher: Option<Py<PyAny>>,
 }
 
-/// What an entry keeps of its launcher.
-enum Held {
-    /// The launcher (its stream None or an int).
-    Launcher(Py<PyAny>),
-    /// The launcher made last for a stream object, held weakly, while it lives.
-    Latest(ArcSwapOption<Latest>),
-}
-
-/// A launcher over a stream object, and that object's address.
-struct Latest {
+/// A launcher made over a stream object, found by the object's address (its launcher holds
+/// it, so no other object has that address while this lives).
+struct Recent {
+    key: ConfigKey,
     stream: usize,
-    launcher: Py<PyWeakrefReference>,
-}
-
-impl Latest {
-    /// The launcher, when it is alive and its stream is `stream` (a live launcher keeps its
-    /// stream alive, so no other object has that address).
-    fn launcher_on<'py>(&self, stream: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
-        if self.stream != stream.as_ptr() as usize {
-            return None;
-        }
-        self.launcher.bind(stream.py()).upgrade()
-    }
+    launcher: Py<PyAny>,
 }
 
 /// A kernel's cached configurations.
 pub(crate) struct Configurations {
     entries: ArcSwap<Vec<Arc<Entry>>>,
     last_hit: AtomicUsize,
+    /// The launchers made last over stream objects, the last made first.
+    recent: ArcSwap<Vec<Arc<Recent>>>,
     insert_lock: Mutex<()>,
     /// Configurations parsed in full by `kernel[...]` (for tests).
     parses: AtomicU64,
@@ -238,47 +226,42 @@ pub(crate) fn launcher<'py>(
     let stream = match written.stream {
         WrittenStream::Key(stream) => {
             let key = written.key(stream);
-            if let Some(found) = configurations.find(&key) {
-                if let Held::Launcher(launcher) = &found.launcher {
-                    return Ok(launcher.bind(py).clone());
-                }
+            let found = configurations.find(&key);
+            if let Some(launcher) = found.as_ref().and_then(|e| e.launcher.as_ref()) {
+                return Ok(launcher.bind(py).clone());
             }
             let launcher = configurations.parse(kernel, config)?;
-            let held = Held::Launcher(launcher.clone().unbind());
-            configurations.insert(key, held);
+            configurations.insert(key, Some(launcher.clone().unbind()));
             return Ok(launcher);
         }
-        WrittenStream::Object(stream) => stream.to_owned(),
+        WrittenStream::Object(stream) => stream,
     };
-    if let Some(launcher) = configurations.find_latest(&written, &stream) {
+    if let Some(launcher) = configurations.find_recent(py, &written, stream.as_ptr() as usize) {
         return Ok(launcher);
     }
+    let stream = stream.to_owned();
     let Ok(handle) = parse_stream(&stream) else {
         return configurations.parse(kernel, config); // raises what the full parse raises
     };
     let key = written.key(StreamKey::Object(handle as u64));
-    let found = configurations.find(&key);
-    if let Some(Held::Latest(latest)) = found.as_deref().map(|e| &e.launcher) {
-        let made = Bound::new(py, Launcher::on_stream(kernel, key.dims(), stream.clone()))?;
-        latest.store(Some(Arc::new(Latest::of(&made, &stream)?)));
-        return Ok(made.into_any());
-    }
-    let launcher = configurations.parse(kernel, config)?;
-    let made = launcher.cast::<Launcher>().map_err(PyErr::from)?;
-    // keyed by the handle the launcher holds (read from the object again by the parse)
-    let key = written.key(StreamKey::Object(made.get().dims().stream as u64));
-    let latest = Latest::of(made, &stream)?;
-    configurations.insert(key, Held::Latest(ArcSwapOption::from_pointee(latest)));
+    let launcher = if configurations.find(&key).is_some() {
+        Bound::new(py, Launcher::on_stream(kernel, key.dims(), stream.clone()))?.into_any()
+    } else {
+        let launcher = configurations.parse(kernel, config)?;
+        // keyed by the handle the launcher holds (read from the object again by the parse)
+        let made = launcher.cast::<Launcher>().map_err(PyErr::from)?;
+        configurations.insert(
+            written.key(StreamKey::Object(made.get().dims().stream as u64)),
+            None,
+        );
+        launcher
+    };
+    configurations.remember_recent(Recent {
+        key: written.key(StreamKey::Default),
+        stream: stream.as_ptr() as usize,
+        launcher: launcher.clone().unbind(),
+    });
     Ok(launcher)
-}
-
-impl Latest {
-    fn of(launcher: &Bound<'_, Launcher>, stream: &Bound<'_, PyAny>) -> PyResult<Latest> {
-        Ok(Latest {
-            stream: stream.as_ptr() as usize,
-            launcher: PyWeakrefReference::new(launcher)?.unbind(),
-        })
-    }
 }
 
 impl Configurations {
@@ -286,6 +269,7 @@ impl Configurations {
         Configurations {
             entries: ArcSwap::from_pointee(Vec::new()),
             last_hit: AtomicUsize::new(0),
+            recent: ArcSwap::from_pointee(Vec::new()),
             insert_lock: Mutex::new(()),
             parses: AtomicU64::new(0),
         }
@@ -315,36 +299,39 @@ impl Configurations {
         Some(entry.clone())
     }
 
-    /// The launcher made last for `written` with the very stream object `stream`, while it
-    /// lives.
+    /// A launcher of the ring made for `written` over the stream object at `stream`.
     #[inline]
-    fn find_latest<'py>(
+    fn find_recent<'py>(
         &self,
-        written: &Written<'_, 'py>,
-        stream: &Bound<'py, PyAny>,
+        py: Python<'py>,
+        written: &Written<'_, '_>,
+        stream: usize,
     ) -> Option<Bound<'py, PyAny>> {
-        let same = |key: &ConfigKey| {
-            matches!(key.stream, StreamKey::Object(_))
-                && key.grid == written.grid
-                && key.block == written.block
-                && key.shared_mem_bytes == written.shared_mem_bytes
-        };
-        self.entries
-            .load()
-            .iter()
-            .find_map(|entry| match &entry.launcher {
-                Held::Latest(latest) if same(&entry.key) => {
-                    latest.load().as_ref()?.launcher_on(stream)
-                }
-                _ => None,
-            })
+        let key = written.key(StreamKey::Default);
+        let recent = self.recent.load();
+        let found = recent.iter().find(|r| r.stream == stream && r.key == key)?;
+        Some(found.launcher.bind(py).clone())
     }
 
-    /// Caches `held` for `key` (unless another thread did first), evicting the oldest
+    /// Puts `recent` first in the ring, dropping the oldest past `RECENT` (after the lock is
+    /// released, see [`Configurations::insert`]).
+    fn remember_recent(&self, recent: Recent) {
+        let replaced = {
+            let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let current = self.recent.load_full();
+            let mut next = Vec::with_capacity(RECENT);
+            next.push(Arc::new(recent));
+            next.extend(current.iter().take(RECENT - 1).cloned());
+            self.recent.swap(Arc::new(next))
+        };
+        drop(replaced);
+    }
+
+    /// Caches `launcher` for `key` (unless another thread did first), evicting the oldest
     /// entry when full. An evicted launcher is dropped after the lock is released: dropping
     /// it can run Python code (a stream's finalizer) that lets the GIL go, and a thread
     /// holding the GIL may be waiting for this lock.
-    fn insert(&self, key: ConfigKey, held: Held) {
+    fn insert(&self, key: ConfigKey, launcher: Option<Py<PyAny>>) {
         let replaced = {
             let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
             let current = self.entries.load_full();
@@ -353,10 +340,7 @@ impl Configurations {
             }
             let keep = current.len().saturating_sub(CAPACITY - 1);
             let mut next: Vec<Arc<Entry>> = current[keep..].to_vec();
-            next.push(Arc::new(Entry {
-                key,
-                launcher: held,
-            }));
+            next.push(Arc::new(Entry { key, launcher }));
             self.entries.swap(Arc::new(next))
         };
         drop(replaced);
@@ -372,13 +356,15 @@ impl Configurations {
         self.parses.load(Ordering::Relaxed)
     }
 
-    /// Reports the cached launchers to the cycle collector (those held weakly are not the
-    /// cache's).
+    /// Reports the cached launchers, and the ring's, to the cycle collector.
     pub(crate) fn traverse(&self, visit: &PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
         for entry in self.entries.load().iter() {
-            if let Held::Launcher(launcher) = &entry.launcher {
+            if let Some(launcher) = &entry.launcher {
                 visit.call(launcher)?;
             }
+        }
+        for recent in self.recent.load().iter() {
+            visit.call(&recent.launcher)?;
         }
         Ok(())
     }
@@ -389,7 +375,8 @@ impl Configurations {
         let cleared = {
             let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
             self.last_hit.store(0, Ordering::Relaxed);
-            self.entries.swap(Arc::new(Vec::new()))
+            let recent = self.recent.swap(Arc::new(Vec::new()));
+            (self.entries.swap(Arc::new(Vec::new())), recent)
         };
         drop(cleared);
     }
