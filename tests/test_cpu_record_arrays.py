@@ -3,10 +3,10 @@ of datetime64 and of timedelta64 on fastlaunch's own path, without a GPU: typed 
 numba-cuda types them (``typeof(array, Purpose.argument)``), one fingerprint per dtype, packed
 as numba-cuda's own ``_prepare_args`` packs them, checked for alignment as other arrays are,
 and launched, remembered, bound and captured by fastlaunch on the stand-in driver. Sources:
-numba-cuda device arrays, host NumPy arrays (staged copies) and CUDA Array Interface objects
-(datetimes; numba-cuda types a CAI by its typestr alone, so a structured one, ``"|V8"``, stays
-numba-cuda's). The kernels' reads and writes are proven on the GPU
-(tests/test_gpu_records.py)."""
+numba-cuda device arrays, host NumPy arrays and the ``cuda.In`` / ``Out`` hints around them
+(staged copies), and CUDA Array Interface objects (datetimes only: numba-cuda types a CAI by
+its typestr alone, so a structured one, ``"|V16"``, stays numba-cuda's). The kernels' reads
+and writes are proven on the GPU (tests/test_gpu_records.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from arrays import FakeCAI
 from cuda.bindings import driver as bindings
+from numba import cuda
 from numba.cuda.cudadrv import driver as numba_driver
 from numba.cuda.cudadrv.devicearray import DeviceNDArray
 from numba.cuda.dispatcher import _Kernel
@@ -71,6 +72,8 @@ SOURCES = {
     "host-2d-F": lambda dtype: np.zeros((3, 4), dtype, order="F"),
     "host-empty": lambda dtype: np.zeros((0, 3), dtype),
     "host-read-only": lambda dtype: np.frombuffer(bytes(3 * np.dtype(dtype).itemsize), dtype),
+    "cuda.In": lambda dtype: cuda.In(np.zeros(3, dtype)),
+    "cuda.Out": lambda dtype: cuda.Out(np.zeros((2, 2), dtype)),
 }
 
 
@@ -245,6 +248,7 @@ PRELUDE = """
 import struct
 import numpy as np
 from cuda.bindings import driver as bindings
+from numba import cuda
 from numba.cuda.cudadrv import driver as numba_driver
 from numba.cuda.cudadrv.devicearray import DeviceNDArray
 from numba.cuda.random import xoroshiro128p_dtype
