@@ -125,6 +125,43 @@ def test_one_dtype_has_one_fingerprint_and_every_other_its_own():
     assert _core.fingerprint((array,)) != _core.fingerprint((device_array((1,), np.int32),))
 
 
+def test_dtypes_numba_types_alike_share_one_fingerprint():
+    """A dtype made afresh for each array (``device_array(n, dtype=[...])``) is another
+    object each time: equal ones name one record type, so no launch misses for it."""
+    fresh = [np.dtype([("x", np.int32), ("y", np.float64)], align=True) for _ in range(50)]
+    assert len({id(dtype) for dtype in fresh}) > 1
+    arrays = {_core.fingerprint((device_array((4,), dtype),)) for dtype in [ALIGNED, *fresh]}
+    records = {_core.fingerprint((np.zeros(1, dtype)[0],)) for dtype in [ALIGNED, *fresh]}
+    assert len(arrays) == len(records) == 1
+    # a record array's np.record dtype is the same numba type
+    recarray_dtype = np.recarray(1, dtype=ALIGNED).dtype
+    assert typeof(device_array((4,), recarray_dtype)) == typeof(device_array((4,), ALIGNED))
+    assert _core.fingerprint((device_array((4,), recarray_dtype),)) == _core.fingerprint(
+        (device_array((4,), ALIGNED),)
+    )
+
+
+def test_equal_dtypes_aligned_differently_are_other_types():
+    same_layout = np.dtype(
+        {"names": ["x", "y"], "formats": [np.int32, np.float64], "offsets": [0, 8], "itemsize": 16}
+    )
+    assert same_layout == ALIGNED and not same_layout.isalignedstruct  # NumPy: equal
+    packed, aligned = device_array((4,), same_layout), device_array((4,), ALIGNED)
+    assert typeof(packed) != typeof(aligned)
+    assert _core.fingerprint((packed,)) != _core.fingerprint((aligned,))
+    assert numba_type(_core.classify(packed)) == typeof(packed)
+
+
+def test_a_record_arrays_np_record_dtype_is_aligned_as_its_fields_are():
+    """numba-cuda's ``to_device`` of a record array keeps its ``np.record`` dtype, whose
+    ``alignment`` says 1 for an aligned struct: its fields' alignment is what counts."""
+    recarray_dtype = np.recarray(1, dtype=NESTED).dtype
+    assert recarray_dtype.alignment == 1 and recarray_dtype.isalignedstruct
+    misaligned = device_array((4,), recarray_dtype, POINTER + 4)
+    with pytest.raises(KernelArgumentError, match="not aligned to 8 bytes"):
+        _core.classify(misaligned)
+
+
 def test_record_arrays_and_records_of_one_dtype_name_the_same_type():
     array, record = device_array((2,), NESTED), np.zeros(1, NESTED)[0]
     array_descriptor, record_descriptor = _core.describe(_core.fingerprint((array, record)))

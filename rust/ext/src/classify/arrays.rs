@@ -9,7 +9,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
 
-use super::classes::class_id;
+use super::classes::{is_first_of_its_record_type, record_id};
 use super::fingerprint::{self, Element, DATETIME_UNITS, LAYOUT_A, LAYOUT_C, LAYOUT_F};
 use super::known::HeldObjects;
 use super::{type_name, ArgValue, ArrayArg, Position, Scratch};
@@ -93,7 +93,11 @@ pub(super) fn dtype_element(
     }
     let element = read_dtype_element(dtype, at)?;
     if let Some(element) = element {
-        DTYPES.with(|dtypes| dtypes.borrow_mut().insert(dtype, element));
+        // Not a record dtype equal to an earlier one (read again each time): a program making
+        // a dtype afresh for each array would fill the table with them.
+        if element.record().is_none() || is_first_of_its_record_type(dtype) {
+            DTYPES.with(|dtypes| dtypes.borrow_mut().insert(dtype, element));
+        }
     }
     Ok(element)
 }
@@ -143,10 +147,10 @@ pub(super) fn parse_datetime_dtype(code: &str) -> Option<(u8, u8)> {
     Some((kind, u8::try_from(index).ok()?))
 }
 
-/// A structured dtype's element type: its id (`classes.rs`), itemsize and alignment, which
-/// numba's record type takes from the dtype. `None` for unstructured void (raw bytes, which
-/// numba-cuda refuses), dtypes holding Python objects, empty ones and alignments that are
-/// no power of two: numba-cuda decides about those.
+/// A structured dtype's element type: its id (`classes.rs`), itemsize and alignment. `None`
+/// for unstructured void (raw bytes, which numba-cuda refuses), dtypes holding Python objects
+/// (which numba refuses), empty ones and alignments that are no power of two: numba-cuda
+/// decides about those.
 fn record_element(dtype: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Option<ElementType>> {
     let py = dtype.py();
     if dtype.getattr(intern!(py, "names"))?.is_none()
@@ -155,11 +159,11 @@ fn record_element(dtype: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Option<E
         return Ok(None);
     }
     let itemsize: usize = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
-    let align: usize = dtype.getattr(intern!(py, "alignment"))?.extract()?;
+    let align = record_alignment(dtype)?;
     if itemsize == 0 || !align.is_power_of_two() {
         return Ok(None);
     }
-    let id = class_id(dtype).ok_or_else(|| at.error("too many record dtypes"))?;
+    let id = record_id(dtype)?.ok_or_else(|| at.error("too many record dtypes"))?;
     Ok(Some(ElementType {
         element: Element::Record(id),
         itemsize,
@@ -421,6 +425,34 @@ pub(super) fn tuple_ints<'a>(
                 .map_err(|_| at.error(format!("{what} must be a tuple of ints, got {tuple}")))
         })
         .collect()
+}
+
+/// The alignment numba's code assumes of a record: an aligned struct's fields are at their
+/// natural alignment, so the struct is aligned to the largest of theirs (the dtype's
+/// `alignment`, except for a record array's `np.record` dtype, which says 1); a packed
+/// struct's fields are read at any address.
+fn record_alignment(dtype: &Bound<'_, PyAny>) -> Result<usize> {
+    let py = dtype.py();
+    if !dtype.getattr(intern!(py, "isalignedstruct"))?.is_truthy()? {
+        return Ok(1);
+    }
+    let fields = dtype.getattr(intern!(py, "fields"))?;
+    let mut align = 1;
+    for name in dtype.getattr(intern!(py, "names"))?.try_iter()? {
+        // A subarray field's elements (`base`) are what is aligned; a nested record's
+        // alignment is worked out as this one's.
+        let field = fields
+            .get_item(name?)?
+            .get_item(0)?
+            .getattr(intern!(py, "base"))?;
+        let field_align = if field.getattr(intern!(py, "names"))?.is_none() {
+            field.getattr(intern!(py, "alignment"))?.extract()?
+        } else {
+            record_alignment(&field)?
+        };
+        align = align.max(field_align);
+    }
+    Ok(align)
 }
 
 /// Void and datetime dtypes fastlaunch does not pack (unstructured void, datetime multiples
