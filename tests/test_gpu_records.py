@@ -312,3 +312,23 @@ def test_record_and_datetime_arrays_are_remembered_bound_and_captured():
     assert records.copy_to_host()["x"].tolist() == [6] * 32
     assert stamps.copy_to_host().astype(np.int64).tolist() == [6] * 32
     assert bump.numba_launches == 0 and bump.miss_count == 1
+
+
+def test_fresh_dtypes_and_record_arrays_np_record_dtype_launch_one_overload():
+    kernel, reference = fl.jit(update_records), numba_jit(update_records)
+    results = []
+    for launcher in (kernel, reference):
+        outputs = []
+        for _ in range(3):  # an equal dtype made afresh each time
+            dtype = np.dtype([("y", np.float64), ("x", np.int32)], align=True)
+            fresh = cuda.device_array(8, dtype=dtype)
+            fresh.copy_to_device(np.zeros(8, fresh.dtype))
+            launcher[1, 8](fresh, 1.5)
+            outputs.append(fresh.copy_to_host().tobytes())
+        host = np.rec.array(np.zeros(8, ALIGNED_ELEMENTS))  # to_device keeps its np.record dtype
+        records = cuda.to_device(host)
+        launcher[1, 8](records, 2.5)
+        outputs.append(records.copy_to_host().tobytes())
+        results.append(outputs)
+    assert results[0] == results[1]
+    assert kernel.miss_count == 1 and kernel.numba_launches == 0
