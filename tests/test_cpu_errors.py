@@ -146,9 +146,10 @@ def test_contiguous_host_numpy_arrays_are_classified_as_numba_types_them(make, d
     [
         lambda: np.zeros(4)[::2],
         lambda: np.matrix([[1.0]]),
-        lambda: np.zeros(3, "datetime64[ns]"),
+        lambda: np.zeros(3, "V8"),
+        lambda: np.zeros(3, "datetime64[10s]"),
     ],
-    ids=["strided", "matrix", "datetime"],
+    ids=["strided", "matrix", "unstructured-void", "datetime-multiple"],
 )
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix
 def test_other_host_numpy_arrays(make):
@@ -179,8 +180,8 @@ def test_host_numpy_array_subclasses(make):
         Label.ONE,
         np.void(b"x"),
         Interface(valid_interface(typestr="<V8")),
-        Interface(valid_interface(typestr="<M8[ns]")),
-        Interface(valid_interface(typestr="<m8[s]")),
+        Interface(valid_interface(typestr="<M8[10ns]")),
+        Interface(valid_interface(typestr=">m8[s]")),
     ],
     ids=repr,
 )

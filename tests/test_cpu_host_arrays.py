@@ -73,7 +73,7 @@ def test_host_arrays_fastlaunch_does_not_pack_go_to_numba_cuda(run_on_stand_in):
     lines = run_on_stand_in(
         PRELUDE
         + """
-for value in (np.zeros(8)[::2], cuda.In(np.zeros(8)[::2]), np.zeros(3, "datetime64[ns]")):
+for value in (np.zeros(8)[::2], cuda.In(np.zeros(8)[::2]), np.zeros(3, "V8")):
     try:
         _core.fingerprint((value,))
     except TypeError as error:

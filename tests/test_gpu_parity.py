@@ -1,9 +1,9 @@
 """Parity with numba-cuda on the GPU for the argument kinds beyond device arrays and
-scalars. numba-cuda's own launch path takes host arrays (copied in and back, with numba's
-warning), cuda.In/Out/InOut, non-contiguous host arrays (which numba-cuda itself refuses),
-datetime arrays and kernels with extensions. Records, tuples, named tuples, enum members
-and datetime scalars are packed by fastlaunch itself (no numba-path launch); they are
-checked here against what numba-cuda computes."""
+scalars. numba-cuda's own launch path takes non-contiguous host arrays (which numba-cuda
+itself refuses) and kernels with extensions. Host arrays (copied in and back, with numba's
+warning), records, tuples, named tuples, enum members, datetime scalars and datetime arrays
+are packed by fastlaunch itself (no numba-path launch); they are checked here against what
+numba-cuda computes."""
 
 from __future__ import annotations
 

@@ -320,8 +320,9 @@ class Kernel(_core.Kernel):
         self, args: tuple, griddim: tuple, blockdim: tuple, stream: Any, sharedmem: int
     ) -> None:
         """numba-cuda's own launch, for arguments fastlaunch does not pack (host arrays that
-        are not C- or F-contiguous or are ``ndarray`` subclasses, datetime and record arrays,
-        ``cuda.In``/``Out``/``InOut`` around those, tuples holding them) and kernels with
+        are not C- or F-contiguous or are ``ndarray`` subclasses, arrays of unstructured void
+        or datetime multiples, ``cuda.In``/``Out``/``InOut`` around those, tuples holding
+        them) and kernels with
         ``extensions``. Non-contiguous host arrays (which numba-cuda refuses) go
         through a contiguous copy that is written back after the launch."""
         import numpy as np

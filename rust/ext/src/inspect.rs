@@ -85,8 +85,8 @@ fn refuse_numba_only(scratch: &Scratch) -> Result<()> {
         return Err(Error::Type(
             "these arguments are passed by numba-cuda's own launch path, not classified by \
              fastlaunch (host arrays that are not C- or F-contiguous or are ndarray \
-             subclasses, datetime arrays, record arrays on the host, cuda.In/Out/InOut and \
-             tuples holding those)"
+             subclasses, arrays of unstructured void or datetime multiples such as [10s], \
+             cuda.In/Out/InOut and tuples holding those)"
                 .into(),
         ));
     }

@@ -9,7 +9,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
 
-use super::fingerprint::{self, LAYOUT_A, LAYOUT_C, LAYOUT_F};
+use super::classes::{is_first_of_its_record_type, record_id};
+use super::fingerprint::{self, Element, DATETIME_UNITS, LAYOUT_A, LAYOUT_C, LAYOUT_F};
 use super::known::HeldObjects;
 use super::{type_name, ArgValue, ArrayArg, Position, Scratch};
 use crate::errors::Result;
@@ -18,23 +19,156 @@ use crate::scalar::Scalar;
 /// Arrays with more dimensions than this are refused (NumPy's own limit is 64).
 pub(crate) const MAX_NDIM: usize = 64;
 
-thread_local! {
-    /// The element types of the dtypes of packed element types, the dtype held.
-    static DTYPES: RefCell<HeldObjects<Scalar>> = const { RefCell::new(HeldObjects::new()) };
+/// An array's element type: what the fingerprint says of it, and the size and alignment
+/// numba gives it (a record's are its dtype's; a datetime's those of the int64 it is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ElementType {
+    element: Element,
+    itemsize: usize,
+    /// A power of two.
+    align: usize,
 }
 
-/// The element type of a NumPy dtype object, cached per dtype object.
-pub(super) fn dtype_scalar(dtype: &Bound<'_, PyAny>) -> Result<Option<Scalar>> {
+impl ElementType {
+    pub(super) fn itemsize(self) -> usize {
+        self.itemsize
+    }
+
+    pub(super) fn alignment(self) -> usize {
+        self.align
+    }
+
+    /// The scalar type of a numeric element.
+    pub(super) fn scalar(self) -> Option<Scalar> {
+        match self.element {
+            Element::Scalar(scalar) => Some(scalar),
+            _ => None,
+        }
+    }
+
+    /// A record's dtype id and itemsize.
+    pub(super) fn record(self) -> Option<(u16, usize)> {
+        match self.element {
+            Element::Record(id) => Some((id, self.itemsize)),
+            _ => None,
+        }
+    }
+
+    /// The element type's name in error messages.
+    fn name(self) -> String {
+        match self.element {
+            Element::Scalar(scalar) => scalar.numpy_name().to_owned(),
+            Element::Record(_) => format!("{}-byte record", self.itemsize),
+            Element::Datetime { kind, unit } => {
+                fingerprint::datetime_dtype_name(kind, unit).unwrap_or_default()
+            }
+        }
+    }
+}
+
+impl From<Scalar> for ElementType {
+    fn from(scalar: Scalar) -> ElementType {
+        ElementType {
+            element: Element::Scalar(scalar),
+            itemsize: scalar.itemsize(),
+            align: alignment(scalar),
+        }
+    }
+}
+
+thread_local! {
+    /// The element types of the dtypes of packed element types, the dtype held.
+    static DTYPES: RefCell<HeldObjects<ElementType>> = const { RefCell::new(HeldObjects::new()) };
+}
+
+/// The element type of a NumPy dtype object, cached per dtype object; `None` for a dtype
+/// whose arrays fastlaunch does not pack.
+pub(super) fn dtype_element(
+    dtype: &Bound<'_, PyAny>,
+    at: Position<'_>,
+) -> Result<Option<ElementType>> {
     let cached = DTYPES.with(|dtypes| dtypes.borrow().get(dtype.as_ptr() as usize));
     if cached.is_some() {
         return Ok(cached);
     }
-    let typestr: String = dtype.getattr(intern!(dtype.py(), "str"))?.extract()?;
-    let scalar = Scalar::from_typestr(&typestr);
-    if let Some(scalar) = scalar {
-        DTYPES.with(|dtypes| dtypes.borrow_mut().insert(dtype, scalar));
+    let element = read_dtype_element(dtype, at)?;
+    if let Some(element) = element {
+        // Not a record dtype equal to an earlier one (read again each time): a program making
+        // a dtype afresh for each array would fill the table with them.
+        if element.record().is_none() || is_first_of_its_record_type(dtype) {
+            DTYPES.with(|dtypes| dtypes.borrow_mut().insert(dtype, element));
+        }
     }
-    Ok(scalar)
+    Ok(element)
+}
+
+#[cold]
+fn read_dtype_element(dtype: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Option<ElementType>> {
+    let typestr: String = dtype.getattr(intern!(dtype.py(), "str"))?.extract()?;
+    if let Some(scalar) = Scalar::from_typestr(&typestr) {
+        return Ok(Some(scalar.into()));
+    }
+    if let Some(datetime) = datetime_element(&typestr) {
+        return Ok(Some(datetime));
+    }
+    record_element(dtype, at)
+}
+
+/// A datetime or timedelta array element of type string `typestr` (`"<M8[ns]"`), an int64
+/// to numba: native byte order only (numba would type a big-endian one as native; numba-cuda
+/// passes those).
+pub(super) fn datetime_element(typestr: &str) -> Option<ElementType> {
+    if typestr.starts_with('>') {
+        return None;
+    }
+    let (kind, unit) = parse_datetime_dtype(typestr)?;
+    Some(ElementType {
+        element: Element::Datetime { kind, unit },
+        itemsize: 8,
+        align: 8,
+    })
+}
+
+/// `"<M8[ns]"` → (0, index of "ns"); `"<m8"` → (1, generic). Multiples (`[10s]`) are not
+/// numba units.
+pub(super) fn parse_datetime_dtype(code: &str) -> Option<(u8, u8)> {
+    let rest = code.trim_start_matches(['<', '>', '=', '|']);
+    let kind = match rest.as_bytes().first()? {
+        b'M' => 0,
+        b'm' => 1,
+        _ => return None,
+    };
+    let rest = rest.get(1..)?.strip_prefix('8')?;
+    let unit = match rest {
+        "" => "",
+        bracketed => bracketed.strip_prefix('[')?.strip_suffix(']')?,
+    };
+    let index = DATETIME_UNITS.iter().position(|&u| u == unit)?;
+    Some((kind, u8::try_from(index).ok()?))
+}
+
+/// A structured dtype's element type: its id (`classes.rs`), itemsize and alignment. `None`
+/// for unstructured void (raw bytes, which numba-cuda refuses), dtypes holding Python objects
+/// (which numba refuses), empty ones and alignments that are no power of two: numba-cuda
+/// decides about those.
+fn record_element(dtype: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Option<ElementType>> {
+    let py = dtype.py();
+    if dtype.getattr(intern!(py, "names"))?.is_none()
+        || dtype.getattr(intern!(py, "hasobject"))?.is_truthy()?
+    {
+        return Ok(None);
+    }
+    let itemsize: usize = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
+    let align = record_alignment(dtype)?;
+    if itemsize == 0 || !align.is_power_of_two() {
+        return Ok(None);
+    }
+    let id = record_id(dtype)?.ok_or_else(|| at.error("too many record dtypes"))?;
+    Ok(Some(ElementType {
+        element: Element::Record(id),
+        itemsize,
+        align,
+    }))
 }
 
 /// One array's shape and byte strides, appended to `Scratch::dims` and checked.
@@ -46,7 +180,7 @@ pub(super) struct StagedDims {
     nitems: i64,
 }
 
-/// Appends the shape then byte strides of an array of `scalar` elements at `data` to `dims`
+/// Appends the shape then byte strides of an array of `element`s at `data` to `dims`
 /// with `append` (which sees `dims` as it was), and checks them. On any error what was
 /// appended is dropped, so a refused argument leaves nothing behind: every array source
 /// stages its dims through here.
@@ -54,11 +188,11 @@ pub(super) struct StagedDims {
 pub(super) fn stage_dims(
     dims: &mut Vec<i64>,
     at: Position<'_>,
-    (data, scalar): (u64, Scalar),
+    (data, element): (u64, ElementType),
     append: impl FnOnce(&mut Vec<i64>) -> Result<()>,
 ) -> Result<StagedDims> {
     let start = dims.len();
-    let checked = append(dims).and_then(|()| check_dims(&dims[start..], at, data, scalar));
+    let checked = append(dims).and_then(|()| check_dims(&dims[start..], at, data, element));
     match checked {
         Ok((ndim, nitems)) => Ok(StagedDims {
             at: start,
@@ -75,7 +209,12 @@ pub(super) fn stage_dims(
 /// The dimension count and element count of staged shape-then-strides values, whose
 /// elements must all be aligned.
 #[inline]
-fn check_dims(staged: &[i64], at: Position<'_>, data: u64, scalar: Scalar) -> Result<(usize, i64)> {
+fn check_dims(
+    staged: &[i64],
+    at: Position<'_>,
+    data: u64,
+    element: ElementType,
+) -> Result<(usize, i64)> {
     let ndim = staged.len() / 2;
     if ndim > MAX_NDIM {
         return Err(at.error(format!(
@@ -92,16 +231,16 @@ fn check_dims(staged: &[i64], at: Position<'_>, data: u64, scalar: Scalar) -> Re
     })?;
     if nitems > 0 {
         let (shape, strides) = staged[..2 * ndim].split_at(ndim);
-        if let Some(message) = misalignment(data, shape, strides, scalar) {
+        if let Some(message) = misalignment(data, shape, strides, element) {
             return Err(at.error(message));
         }
     }
     Ok((ndim, nitems))
 }
 
-/// The alignment numba gives an element: its size, a complex number's parts' size (a power
-/// of two).
-pub(super) fn alignment(scalar: Scalar) -> usize {
+/// The alignment numba gives a numeric element: its size, a complex number's parts' size (a
+/// power of two).
+fn alignment(scalar: Scalar) -> usize {
     if scalar.is_complex() {
         scalar.itemsize() / 2
     } else {
@@ -112,16 +251,16 @@ pub(super) fn alignment(scalar: Scalar) -> usize {
 /// Why a non-empty array's elements are not all aligned for its type, if they are not: a
 /// kernel reading one would fault with `CUDA_ERROR_MISALIGNED_ADDRESS`, which leaves the
 /// context unusable. The alignment is numba's for the element (a complex number's is its
-/// parts'), a power of two, so this costs two masks per dimension.
+/// parts', a record's its dtype's), a power of two, so this costs two masks per dimension.
 #[inline]
-fn misalignment(data: u64, shape: &[i64], strides: &[i64], scalar: Scalar) -> Option<String> {
-    let align = alignment(scalar) as u64;
+fn misalignment(data: u64, shape: &[i64], strides: &[i64], element: ElementType) -> Option<String> {
+    let align = element.align as u64;
     let mask = align - 1;
     if data & mask != 0 {
         return Some(format!(
             "array data pointer {data:#x} is not aligned to {align} bytes, as {} elements \
              must be",
-            scalar.numpy_name()
+            element.name()
         ));
     }
     let stride = shape
@@ -132,7 +271,7 @@ fn misalignment(data: u64, shape: &[i64], strides: &[i64], scalar: Scalar) -> Op
     Some(format!(
         "array stride of {stride} bytes is not a multiple of {align}, the alignment {} \
          elements need",
-        scalar.numpy_name()
+        element.name()
     ))
 }
 
@@ -142,15 +281,21 @@ fn misalignment(data: u64, shape: &[i64], strides: &[i64], scalar: Scalar) -> Op
 pub(super) fn push_staged(
     scratch: &mut Scratch,
     data: u64,
-    scalar: Scalar,
+    element: ElementType,
     staged: StagedDims,
     readonly: bool,
 ) {
     let StagedDims { at, ndim, nitems } = staged;
     let (shape, strides) = scratch.dims[at..at + 2 * ndim].split_at(ndim);
-    let itemsize = scalar.itemsize() as i64;
+    let itemsize = element.itemsize as i64;
     let layout = layout_of(shape, strides, itemsize);
-    fingerprint::push_array(&mut scratch.fingerprint, scalar, ndim, layout, readonly);
+    fingerprint::push_array(
+        &mut scratch.fingerprint,
+        element.element,
+        ndim,
+        layout,
+        readonly,
+    );
     scratch.values.push(ArgValue::Array(ArrayArg {
         data,
         itemsize: itemsize as u64,
@@ -165,12 +310,12 @@ pub(super) fn push_array(
     scratch: &mut Scratch,
     at: Position<'_>,
     data: u64,
-    scalar: Scalar,
+    element: ElementType,
     shape: impl ExactSizeIterator<Item = i64>,
     strides: Option<impl ExactSizeIterator<Item = i64>>,
     readonly: bool,
 ) -> Result<()> {
-    let staged = stage_dims(&mut scratch.dims, at, (data, scalar), |dims| {
+    let staged = stage_dims(&mut scratch.dims, at, (data, element), |dims| {
         let (start, ndim) = (dims.len(), shape.len());
         dims.extend(shape);
         match strides {
@@ -183,12 +328,12 @@ pub(super) fn push_array(
                 Ok(())
             }
             None => {
-                append_c_strides(dims, start, scalar.itemsize() as i64);
+                append_c_strides(dims, start, element.itemsize as i64);
                 Ok(())
             }
         }
     })?;
-    push_staged(scratch, data, scalar, staged, readonly);
+    push_staged(scratch, data, element, staged, readonly);
     Ok(())
 }
 
@@ -198,11 +343,11 @@ pub(super) fn push_from_tuples(
     at: Position<'_>,
     scratch: &mut Scratch,
     data: u64,
-    scalar: Scalar,
+    element: ElementType,
     shape: &Bound<'_, PyAny>,
     strides: &Bound<'_, PyAny>,
 ) -> Result<()> {
-    let staged = stage_dims(&mut scratch.dims, at, (data, scalar), |dims| {
+    let staged = stage_dims(&mut scratch.dims, at, (data, element), |dims| {
         let ndim = extend_from_int_tuple(dims, shape, "shape", at)?;
         let nstrides = extend_from_int_tuple(dims, strides, "strides", at)?;
         if nstrides == ndim {
@@ -213,7 +358,7 @@ pub(super) fn push_from_tuples(
             )))
         }
     })?;
-    push_staged(scratch, data, scalar, staged, false);
+    push_staged(scratch, data, element, staged, false);
     Ok(())
 }
 
@@ -282,7 +427,36 @@ pub(super) fn tuple_ints<'a>(
         .collect()
 }
 
-/// Structured, datetime and timedelta dtypes: numba-cuda types and passes these itself.
+/// The alignment numba's code assumes of a record: an aligned struct's fields are at their
+/// natural alignment, so the struct is aligned to the largest of theirs (the dtype's
+/// `alignment`, except for a record array's `np.record` dtype, which says 1); a packed
+/// struct's fields are read at any address.
+fn record_alignment(dtype: &Bound<'_, PyAny>) -> Result<usize> {
+    let py = dtype.py();
+    if !dtype.getattr(intern!(py, "isalignedstruct"))?.is_truthy()? {
+        return Ok(1);
+    }
+    let fields = dtype.getattr(intern!(py, "fields"))?;
+    let mut align = 1;
+    for name in dtype.getattr(intern!(py, "names"))?.try_iter()? {
+        // A subarray field's elements (`base`) are what is aligned; a nested record's
+        // alignment is worked out as this one's.
+        let field = fields
+            .get_item(name?)?
+            .get_item(0)?
+            .getattr(intern!(py, "base"))?;
+        let field_align = if field.getattr(intern!(py, "names"))?.is_none() {
+            field.getattr(intern!(py, "alignment"))?.extract()?
+        } else {
+            record_alignment(&field)?
+        };
+        align = align.max(field_align);
+    }
+    Ok(align)
+}
+
+/// Void and datetime dtypes fastlaunch does not pack (unstructured void, datetime multiples
+/// such as `[10s]`, big-endian datetimes...): numba-cuda types and passes (or refuses) these.
 pub(super) fn numba_only_dtype(dtype: &Bound<'_, PyAny>) -> bool {
     dtype
         .getattr(intern!(dtype.py(), "kind"))
@@ -290,13 +464,27 @@ pub(super) fn numba_only_dtype(dtype: &Bound<'_, PyAny>) -> bool {
         .is_ok_and(|kind| matches!(kind.as_str(), "V" | "M" | "m"))
 }
 
-/// The element type of an array's dtype; `None` when only numba-cuda can pass the array.
-pub(super) fn element_type(dtype: &Bound<'_, PyAny>, at: Position<'_>) -> Result<Option<Scalar>> {
-    match dtype_scalar(dtype)? {
-        Some(scalar) => Ok(Some(scalar)),
+/// The element type of an array's dtype: numeric, record, datetime or timedelta; `None` when
+/// only numba-cuda can pass the array.
+pub(super) fn element_type(
+    dtype: &Bound<'_, PyAny>,
+    at: Position<'_>,
+) -> Result<Option<ElementType>> {
+    match dtype_element(dtype, at)? {
+        Some(element) => Ok(Some(element)),
         None if numba_only_dtype(dtype) => Ok(None),
         None => Err(at.error(format!("arrays of dtype {dtype} are not supported"))),
     }
+}
+
+/// The numeric element type of an array's dtype, for sources whose record and datetime
+/// arrays numba-cuda passes its own way (CuPy has none; a cuda.core view may); `None` when
+/// only numba-cuda can pass the array.
+pub(super) fn numeric_element_type(
+    dtype: &Bound<'_, PyAny>,
+    at: Position<'_>,
+) -> Result<Option<Scalar>> {
+    Ok(element_type(dtype, at)?.and_then(ElementType::scalar))
 }
 
 /// Appends the ints of a tuple to `dims`, returning how many: item access is borrowed (no

@@ -6,7 +6,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::arrays::{int_tuple, push_array, tuple_ints};
+use super::arrays::{datetime_element, int_tuple, push_array, tuple_ints, ElementType};
 use super::{type_name, Position, Scratch, ValueAt};
 use crate::errors::Result;
 use crate::scalar::Scalar;
@@ -44,15 +44,15 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
     let typestr: String = get("typestr")?
         .extract()
         .map_err(|_| at.error("__cuda_array_interface__ 'typestr' must be a str"))?;
-    if matches!(typestr.as_bytes().get(1), Some(b'V' | b'M' | b'm')) {
-        scratch.needs_numba = true;
-        return Ok(());
-    }
-    let scalar = Scalar::from_typestr(&typestr).ok_or_else(|| {
-        at.error(format!(
+    let Some(element) = typestr_element(&typestr) else {
+        if matches!(typestr.as_bytes().get(1), Some(b'V' | b'M' | b'm')) {
+            scratch.needs_numba = true;
+            return Ok(());
+        }
+        return Err(at.error(format!(
             "__cuda_array_interface__ typestr {typestr:?} is not supported"
-        ))
-    })?;
+        )));
+    };
     let (data, readonly): (u64, bool) = get("data")?.extract().map_err(|_| {
         at.error("__cuda_array_interface__ 'data' must be a (pointer, read-only) tuple")
     })?;
@@ -96,9 +96,19 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
         scratch,
         at,
         data,
-        scalar,
+        element,
         shape.into_iter(),
         strides.map(Vec::into_iter),
         readonly,
     )
+}
+
+/// The element type of a CUDA Array Interface type string: numeric, datetime or timedelta.
+/// Not a record: numba-cuda types the array by its typestr alone (`"|V8"`, raw bytes, which
+/// it refuses), never by its `descr`, so such arrays stay numba-cuda's.
+fn typestr_element(typestr: &str) -> Option<ElementType> {
+    if let Some(scalar) = Scalar::from_typestr(typestr) {
+        return Some(scalar.into());
+    }
+    datetime_element(typestr)
 }

@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyString, PyType};
 
 use super::arrays::{
-    append_c_strides, element_type, extend_from_int_tuple, int_as_i64, int_as_u64, pointer_as_u64,
-    push_array, push_staged, stage_dims,
+    append_c_strides, extend_from_int_tuple, int_as_i64, int_as_u64, numeric_element_type,
+    pointer_as_u64, push_array, push_staged, stage_dims,
 };
 use super::{type_name, Position, Scratch, Strategy, ValueAt};
 use crate::errors::Result;
@@ -65,7 +65,7 @@ pub(super) fn read_buffer(
         scratch,
         at,
         data,
-        Scalar::U8,
+        Scalar::U8.into(),
         std::iter::once(size),
         None::<std::iter::Empty<i64>>,
         false,
@@ -91,7 +91,7 @@ pub(super) fn read_view(
             type_name(arg)
         )));
     }
-    let Some(scalar) = element_type(&dtype, at)? else {
+    let Some(scalar) = numeric_element_type(&dtype, at)? else {
         scratch.needs_numba = true; // structured and datetime views: numba-cuda passes them
         return Ok(());
     };
@@ -103,10 +103,10 @@ pub(super) fn read_view(
     let strides = core_attribute(arg, intern!(py, "strides"), at)?;
     claim_core_device(arg, at, scratch);
     let itemsize = scalar.itemsize() as i64;
-    let staged = stage_dims(&mut scratch.dims, at, (data, scalar), |dims| {
+    let staged = stage_dims(&mut scratch.dims, at, (data, scalar.into()), |dims| {
         stage_view_dims(dims, &shape, &strides, itemsize, at)
     })?;
-    push_staged(scratch, data, scalar, staged, readonly);
+    push_staged(scratch, data, scalar.into(), staged, readonly);
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString, PyTuple, PyType};
 
 use super::arrays::{
-    append_c_strides, element_type, extend_from_int_tuple, int_as_u64, push_array,
+    append_c_strides, extend_from_int_tuple, int_as_u64, numeric_element_type, push_array,
     push_from_tuples, push_staged, stage_dims,
 };
 use super::known::{push_known_or_read, KnownArray, KnownObjects};
@@ -118,21 +118,29 @@ fn read_fields(
         None
     };
     if let Some(array) = laid_out {
-        let Some(scalar) = element_type(&array.dtype, at)? else {
+        let Some(scalar) = numeric_element_type(&array.dtype, at)? else {
             scratch.needs_numba = true;
             return Ok(());
         };
         let shape = array.shape.iter().map(|&extent| extent as i64);
         // As the attribute read below: a C-contiguous array's strides follow from its shape.
         let strides = (!array.c_contiguous).then(|| array.strides.iter().map(|&s| s as i64));
-        return push_array(scratch, at, array.data, scalar, shape, strides, false);
+        return push_array(
+            scratch,
+            at,
+            array.data,
+            scalar.into(),
+            shape,
+            strides,
+            false,
+        );
     }
-    let values_before = scratch.values.len();
+    let (values_before, fingerprint_before) = (scratch.values.len(), scratch.fingerprint.len());
     read_attributes(arg, at, scratch)?;
     // Not confirmed yet (or refuted): compared with what the attributes just gave, if they
     // gave an array (not one numba-cuda launches: the last value is then another argument's).
     if layout && scratch.values.len() > values_before {
-        if let Some(known) = KnownArray::last_pushed(scratch) {
+        if let Some(known) = KnownArray::last_pushed(scratch, fingerprint_before) {
             // SAFETY: `layout` is only set for types `cupy_layout::applies_to` accepted.
             unsafe { crate::interop::cupy_layout::confirm(arg, known.shape(), known.data()) };
         }
@@ -143,7 +151,7 @@ fn read_fields(
 /// Reads a CuPy array's fields through its attributes.
 fn read_attributes(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
     let py = arg.py();
-    let Some(scalar) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
+    let Some(scalar) = numeric_element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
         scratch.needs_numba = true;
         return Ok(());
     };
@@ -158,20 +166,20 @@ fn read_attributes(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
         .getattr(intern!(py, "_c_contiguous"))
         .is_ok_and(|flag| flag.is(&*PyBool::new(py, true)));
     if c_contiguous {
-        let staged = stage_dims(&mut scratch.dims, at, (data, scalar), |dims| {
+        let staged = stage_dims(&mut scratch.dims, at, (data, scalar.into()), |dims| {
             let start = dims.len();
             cupy_shape(arg, at, dims)?;
             append_c_strides(dims, start, scalar.itemsize() as i64);
             Ok(())
         })?;
-        push_staged(scratch, data, scalar, staged, false);
+        push_staged(scratch, data, scalar.into(), staged, false);
         return Ok(());
     }
     push_from_tuples(
         at,
         scratch,
         data,
-        scalar,
+        scalar.into(),
         &arg.getattr(intern!(py, "shape"))?,
         &arg.getattr(intern!(py, "strides"))?,
     )

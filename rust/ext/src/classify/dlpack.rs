@@ -162,7 +162,7 @@ fn push_dltensor(
         scratch,
         at,
         data,
-        scalar,
+        scalar.into(),
         shape.iter().copied(),
         strides.map(|s| s.iter().map(move |elements| elements * itemsize)),
         false,

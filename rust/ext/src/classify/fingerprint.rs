@@ -6,7 +6,9 @@
 //!
 //! Per argument:
 //! - scalar: one byte, the [`Scalar`] code (below 0x80);
-//! - array: `ARRAY_TAG`, element [`Scalar`] code, ndim, flags (layout | readonly);
+//! - array: `ARRAY_TAG`, element, ndim, flags (layout | readonly), where the element is
+//!   encoded as an argument of its type would be: a [`Scalar`] code (one byte), a record's
+//!   three bytes or a datetime's three ([`Element`]); so an array takes 4 or 6 bytes;
 //! - tuple: `TUPLE_TAG`, member count, then each member's encoding;
 //! - named tuple: `NAMED_TUPLE_TAG`, class id (2 bytes, little-endian), count, members;
 //! - enum member: `ENUM_TAG`, class id (2 bytes);
@@ -14,7 +16,7 @@
 //! - record (structured NumPy scalar): `RECORD_TAG`, dtype id (2 bytes, little-endian).
 //!
 //! Class ids index the process-wide list of classes (enums, named tuples) and record dtypes
-//! in `classes.rs`, filled on misses.
+//! in `classes.rs`, filled on first sight.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyList, PyTuple};
@@ -40,6 +42,28 @@ pub(crate) const LAYOUT_C: u8 = 0;
 pub(crate) const LAYOUT_F: u8 = 1;
 pub(crate) const LAYOUT_A: u8 = 2;
 pub(crate) const READONLY_FLAG: u8 = 4;
+/// The most bytes one array takes (a record or datetime element's three, four around them).
+pub(crate) const MAX_ARRAY_BYTES: usize = 6;
+
+/// An array's element type, as the fingerprint tells it: the types numba gives array
+/// elements that fastlaunch packs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Element {
+    Scalar(Scalar),
+    /// A record of the dtype with this id (`classes.rs`).
+    Record(u16),
+    /// A `datetime64` (`kind` 0) or `timedelta64` (1) of unit `DATETIME_UNITS[unit]`.
+    Datetime {
+        kind: u8,
+        unit: u8,
+    },
+}
+
+impl From<Scalar> for Element {
+    fn from(scalar: Scalar) -> Element {
+        Element::Scalar(scalar)
+    }
+}
 
 // ---- The encoder ----------------------------------------------------------------------
 
@@ -55,18 +79,22 @@ pub(crate) fn scalar_byte(scalar: Scalar) -> u8 {
     scalar as u8
 }
 
-/// An array of `scalar` elements, `ndim` dimensions (at most `MAX_NDIM`), `layout`.
+/// An array of `element`s, `ndim` dimensions (at most `MAX_NDIM`), `layout`.
 #[inline]
 pub(crate) fn push_array(
     fingerprint: &mut Vec<u8>,
-    scalar: Scalar,
+    element: Element,
     ndim: usize,
     layout: u8,
     readonly: bool,
 ) {
+    fingerprint.push(ARRAY_TAG);
+    match element {
+        Element::Scalar(scalar) => push_scalar(fingerprint, scalar),
+        Element::Record(dtype) => push_record(fingerprint, dtype),
+        Element::Datetime { kind, unit } => push_datetime(fingerprint, kind, unit),
+    }
     fingerprint.extend_from_slice(&[
-        ARRAY_TAG,
-        scalar as u8,
         ndim as u8,
         layout | if readonly { READONLY_FLAG } else { 0 },
     ]);
@@ -108,7 +136,7 @@ pub(crate) fn push_record(fingerprint: &mut Vec<u8>, dtype: u16) {
 pub(crate) enum Item {
     Scalar(Scalar),
     Array {
-        scalar: Scalar,
+        element: Element,
         ndim: u8,
         flags: u8,
     },
@@ -162,16 +190,16 @@ impl<'a> Walker<'a> {
     fn decode(&self) -> Result<(Item, usize), Malformed> {
         let byte = |offset: usize| self.bytes.get(self.at + offset).copied().ok_or(Malformed);
         let id = |offset: usize| Ok(u16::from_le_bytes([byte(offset)?, byte(offset + 1)?]));
-        let scalar = |code: u8| Scalar::from_code(code).ok_or(Malformed);
         Ok(match byte(0)? {
-            ARRAY_TAG => (
-                Item::Array {
-                    scalar: scalar(byte(1)?)?,
-                    ndim: byte(2)?,
-                    flags: byte(3)?,
-                },
-                4,
-            ),
+            ARRAY_TAG => {
+                let (element, len) = self.decode_element(1)?;
+                let item = Item::Array {
+                    element,
+                    ndim: byte(1 + len)?,
+                    flags: byte(2 + len)?,
+                };
+                (item, 3 + len)
+            }
             TUPLE_TAG => (
                 Item::Tuple {
                     class: None,
@@ -187,15 +215,36 @@ impl<'a> Walker<'a> {
                 4,
             ),
             ENUM_TAG => (Item::Enum(id(1)?), 3),
+            _ => match self.decode_element(0)? {
+                (Element::Scalar(scalar), len) => (Item::Scalar(scalar), len),
+                (Element::Record(dtype), len) => (Item::Record(dtype), len),
+                (Element::Datetime { kind, unit }, len) => (Item::Datetime { kind, unit }, len),
+            },
+        })
+    }
+
+    /// The scalar, record or datetime encoded `offset` bytes on (alone, or as an array's
+    /// element), and its length.
+    fn decode_element(&self, offset: usize) -> Result<(Element, usize), Malformed> {
+        let byte = |at: usize| {
+            self.bytes
+                .get(self.at + offset + at)
+                .copied()
+                .ok_or(Malformed)
+        };
+        Ok(match byte(0)? {
             DATETIME_TAG => (
-                Item::Datetime {
+                Element::Datetime {
                     kind: byte(1)?,
                     unit: byte(2)?,
                 },
                 3,
             ),
-            RECORD_TAG => (Item::Record(id(1)?), 3),
-            code => (Item::Scalar(scalar(code)?), 1),
+            RECORD_TAG => (Element::Record(u16::from_le_bytes([byte(1)?, byte(2)?])), 3),
+            code => (
+                Element::Scalar(Scalar::from_code(code).ok_or(Malformed)?),
+                1,
+            ),
         })
     }
 
@@ -244,7 +293,8 @@ pub(crate) fn split_arguments(fingerprint: &[u8]) -> (Vec<Box<[u8]>>, Vec<usize>
 // ---- The describer --------------------------------------------------------------------
 
 /// A fingerprint decoded into Python descriptors, which Python turns into numba types:
-/// `("array", dtype, ndim, layout, readonly)`, `("scalar", numba name)`,
+/// `("array", dtype, ndim, layout, readonly)` (dtype: a NumPy name such as `"float32"` or
+/// `"datetime64[ns]"`, or a record's dtype object), `("scalar", numba name)`,
 /// `("tuple", [members])`, `("namedtuple", class, [members])`, `("enum", class)`,
 /// `("record", dtype)`, `("datetime", unit)` or `("timedelta", unit)`.
 pub(crate) fn describe<'py>(
@@ -268,7 +318,7 @@ fn describe_one<'py>(
         |value: &str| -> PyResult<Bound<'py, PyAny>> { Ok(value.into_pyobject(py)?.into_any()) };
     match walker.item().map_err(|_| bad_fingerprint())? {
         Item::Array {
-            scalar,
+            element,
             ndim,
             flags,
         } => {
@@ -277,11 +327,18 @@ fn describe_one<'py>(
                 LAYOUT_F => "F",
                 _ => "A",
             };
+            let dtype = match element {
+                Element::Scalar(scalar) => any(scalar.numpy_name())?,
+                Element::Record(id) => class_by_id(py, id)?.into_bound(py),
+                Element::Datetime { kind, unit } => {
+                    any(&datetime_dtype_name(kind, unit).ok_or_else(bad_fingerprint)?)?
+                }
+            };
             PyTuple::new(
                 py,
                 [
                     any("array")?,
-                    any(scalar.numpy_name())?,
+                    dtype,
                     ndim.into_pyobject(py)?.into_any(),
                     any(layout)?,
                     PyBool::new(py, flags & READONLY_FLAG != 0)
@@ -319,6 +376,20 @@ fn describe_one<'py>(
     }
 }
 
+/// NumPy's name of a datetime dtype: `"datetime64[ns]"`, `"timedelta64"` (generic unit);
+/// `None` for a unit index past `DATETIME_UNITS`.
+pub(crate) fn datetime_dtype_name(kind: u8, unit: u8) -> Option<String> {
+    let kind = if kind == 0 {
+        "datetime64"
+    } else {
+        "timedelta64"
+    };
+    Some(match *DATETIME_UNITS.get(usize::from(unit))? {
+        "" => kind.to_owned(),
+        unit => format!("{kind}[{unit}]"),
+    })
+}
+
 pub(crate) fn bad_fingerprint() -> PyErr {
     pyo3::exceptions::PyValueError::new_err("malformed fingerprint")
 }
@@ -335,12 +406,20 @@ mod tests {
     #[test]
     fn the_walker_reads_what_the_encoder_writes() {
         let mut bytes = Vec::new();
-        push_array(&mut bytes, Scalar::F32, 2, LAYOUT_F, true);
+        push_array(&mut bytes, Scalar::F32.into(), 2, LAYOUT_F, true);
         push_tuple(&mut bytes, Some(7), 2);
         push_scalar(&mut bytes, Scalar::I64);
         push_enum(&mut bytes, 3);
         push_datetime(&mut bytes, 1, 10);
         push_record(&mut bytes, 258);
+        push_array(&mut bytes, Element::Record(513), 1, LAYOUT_C, false);
+        push_array(
+            &mut bytes,
+            Element::Datetime { kind: 0, unit: 0 },
+            3,
+            LAYOUT_A,
+            false,
+        );
         let mut walker = Walker::new(&bytes);
         let mut items = Vec::new();
         while !walker.is_done() {
@@ -350,7 +429,7 @@ mod tests {
             items,
             [
                 Item::Array {
-                    scalar: Scalar::F32,
+                    element: Element::Scalar(Scalar::F32),
                     ndim: 2,
                     flags: LAYOUT_F | READONLY_FLAG
                 },
@@ -362,9 +441,22 @@ mod tests {
                 Item::Enum(3),
                 Item::Datetime { kind: 1, unit: 10 },
                 Item::Record(258),
+                Item::Array {
+                    element: Element::Record(513),
+                    ndim: 1,
+                    flags: LAYOUT_C
+                },
+                Item::Array {
+                    element: Element::Datetime { kind: 0, unit: 0 },
+                    ndim: 3,
+                    flags: LAYOUT_A
+                },
             ]
         );
-        assert_eq!(split_arguments(&bytes).1, [1, 2, 1, 1]);
+        let (parts, counts) = split_arguments(&bytes);
+        assert_eq!(counts, [1, 2, 1, 1, 1, 1]);
+        assert_eq!(parts[4].len(), MAX_ARRAY_BYTES);
+        assert_eq!(parts[5].len(), MAX_ARRAY_BYTES);
         assert_eq!(argument_of_value(&bytes, 0), 0);
         assert_eq!(argument_of_value(&bytes, 2), 1);
         assert_eq!(argument_of_value(&bytes, 3), 2);
@@ -372,7 +464,15 @@ mod tests {
 
     #[test]
     fn malformed_bytes_end_the_walk() {
-        for bytes in [&[ARRAY_TAG, 0][..], &[0x7f], &[NAMED_TUPLE_TAG, 1]] {
+        for bytes in [
+            &[ARRAY_TAG, 0][..],
+            &[0x7f],
+            &[NAMED_TUPLE_TAG, 1],
+            &[ARRAY_TAG, ARRAY_TAG, 11, 1, 0],
+            &[ARRAY_TAG, TUPLE_TAG, 1, 1, 0],
+            &[ARRAY_TAG, RECORD_TAG, 1, 0, 1],
+            &[ARRAY_TAG, DATETIME_TAG, 0, 10, 1],
+        ] {
             let mut walker = Walker::new(bytes);
             assert_eq!(walker.item(), Err(Malformed));
             assert!(walker.is_done());

@@ -4,6 +4,7 @@
 //! after it, `In` not copied back and `Out` not copied in. What numba-cuda passes another way
 //! stays numba-cuda's: subclasses of `ndarray`, arrays that are not C- or F-contiguous or not
 //! aligned, dtypes fastlaunch does not pack, and hints around anything but a host array.
+//! Record and datetime arrays are staged as numeric ones are (numba-cuda copies them too).
 
 use pyo3::ffi;
 use pyo3::intern;
@@ -11,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use smallvec::SmallVec;
 
-use super::arrays::{alignment, dtype_scalar, layout_of, push_array};
+use super::arrays::{dtype_element, layout_of, push_array};
 use super::fingerprint::LAYOUT_A;
 use super::{Position, Scratch};
 use crate::errors::Result;
@@ -69,18 +70,17 @@ pub(super) fn read(
     scratch: &mut Scratch,
 ) -> Result<()> {
     let py = arg.py();
-    let Some(scalar) = dtype_scalar(&arg.getattr(intern!(py, "dtype"))?)? else {
-        scratch.needs_numba = true; // records, datetimes, objects: numba-cuda decides
+    let Some(element) = dtype_element(&arg.getattr(intern!(py, "dtype"))?, at)? else {
+        scratch.needs_numba = true; // unstructured void, objects, strings: numba-cuda decides
         return Ok(());
     };
     let Some(exported) = Exported::of(arg) else {
         scratch.needs_numba = true;
         return Ok(());
     };
-    let itemsize = scalar.itemsize() as i64;
-    let align = alignment(scalar);
+    let itemsize = element.itemsize() as i64;
     if layout_of(&exported.shape, &exported.strides, itemsize) == LAYOUT_A
-        || exported.host % align != 0
+        || exported.host % element.alignment() != 0
     {
         scratch.needs_numba = true; // numba-cuda copies these its own way
         return Ok(());
@@ -90,7 +90,7 @@ pub(super) fn read(
         scratch,
         at,
         exported.host as u64,
-        scalar,
+        element,
         exported.shape.iter().copied(),
         Some(exported.strides.iter().copied()),
         exported.readonly,

@@ -16,6 +16,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use smallvec::SmallVec;
 
+use super::fingerprint::MAX_ARRAY_BYTES;
 use super::Scratch;
 use crate::errors::Result;
 use crate::scratch::{ArgValue, ArrayArg};
@@ -152,22 +153,23 @@ impl<T: Copy> HeldObjects<T> {
 
 /// An array as a source pushed it: fingerprint bytes, value and dims (shape, then strides).
 pub(super) struct KnownArray {
-    fingerprint: [u8; 4],
+    fingerprint: SmallVec<[u8; MAX_ARRAY_BYTES]>,
     array: ArrayArg,
     dims: SmallVec<[i64; 8]>,
 }
 
 impl KnownArray {
-    /// The array the scratch got last (an array's four fingerprint bytes are its last).
-    pub(super) fn last_pushed(scratch: &Scratch) -> Option<KnownArray> {
+    /// The array the scratch got last, its fingerprint bytes from `fingerprint_at` on.
+    pub(super) fn last_pushed(scratch: &Scratch, fingerprint_at: usize) -> Option<KnownArray> {
         let Some(ArgValue::Array(array)) = scratch.values.last() else {
             return None;
         };
-        let start = scratch.fingerprint.len().checked_sub(4)?;
-        let mut fingerprint = [0u8; 4];
-        fingerprint.copy_from_slice(&scratch.fingerprint[start..]);
+        let fingerprint = scratch.fingerprint.get(fingerprint_at..)?;
+        if fingerprint.len() > MAX_ARRAY_BYTES {
+            return None;
+        }
         Some(KnownArray {
-            fingerprint,
+            fingerprint: fingerprint.into(),
             array: *array,
             dims: scratch
                 .dims
@@ -228,10 +230,10 @@ pub(super) fn push_known_or_read(
     if pushed {
         return Ok(());
     }
-    let values_before = scratch.values.len();
+    let (values_before, fingerprint_before) = (scratch.values.len(), scratch.fingerprint.len());
     read(scratch)?;
     if scratch.values.len() > values_before {
-        if let Some(array) = KnownArray::last_pushed(scratch) {
+        if let Some(array) = KnownArray::last_pushed(scratch, fingerprint_before) {
             table.with(|known| {
                 if let Ok(mut known) = known.try_borrow_mut() {
                     known.remember(arg, array);

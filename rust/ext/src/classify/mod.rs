@@ -15,7 +15,8 @@
 //! - `aggregates`: tuples, named tuples and enum members;
 //! - `classes`: the process-wide ids of classes that are part of a numba type;
 //! - `records`: structured NumPy scalars;
-//! - `arrays`: what every array source shares (shape, strides, layout, dtypes);
+//! - `arrays`: what every array source shares (shape, strides, layout, element types:
+//!   numeric, record, datetime);
 //! - `recheck`: what a launch like the last one (`repeat.rs`) checks of its arguments.
 //!
 //! Adding a source: a file with its `read` function, a [`Strategy`] variant, its arm in
@@ -65,7 +66,7 @@ impl ValueAt {
 #[derive(Clone, Copy)]
 enum Strategy {
     /// Kinds numba-cuda launches and fastlaunch does not pack: subclasses of `ndarray`,
-    /// datetime arrays, device records, enums of other values.
+    /// device records, enums of other values.
     Numba,
     /// Host NumPy arrays (exactly `numpy.ndarray`) and `cuda.In` / `Out` / `InOut` around
     /// one: device copies staged around the launch (`host.rs`).

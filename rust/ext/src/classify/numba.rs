@@ -51,7 +51,7 @@ fn read_device_array_attributes(
     scratch: &mut Scratch,
 ) -> Result<()> {
     let py = arg.py();
-    let Some(scalar) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
+    let Some(element) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
         scratch.needs_numba = true;
         return Ok(());
     };
@@ -61,7 +61,7 @@ fn read_device_array_attributes(
         at,
         scratch,
         data,
-        scalar,
+        element,
         &arg.getattr(intern!(py, "shape"))?,
         &arg.getattr(intern!(py, "strides"))?,
     )
@@ -107,7 +107,7 @@ fn read_numba_array_fields<'py>(
     let fields = arg.getattr(intern!(py, "__dict__"))?;
     let fields = fields.cast::<PyDict>().ok();
     let field = |name: &Bound<'py, PyString>| field_of(arg, fields, name);
-    let Some(scalar) = element_type(&field(intern!(py, "dtype"))?, at)? else {
+    let Some(element) = element_type(&field(intern!(py, "dtype"))?, at)? else {
         scratch.needs_numba = true;
         return Ok(());
     };
@@ -117,7 +117,7 @@ fn read_numba_array_fields<'py>(
         at,
         scratch,
         data,
-        scalar,
+        element,
         &field(intern!(py, "shape"))?,
         &field(intern!(py, "strides"))?,
     )

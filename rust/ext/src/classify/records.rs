@@ -1,49 +1,25 @@
 //! Records: structured NumPy scalars (`np.void`, `np.record`), passed as a pointer to a
 //! device copy that the launch stages (see `HostCopy`).
 
-use std::cell::RefCell;
-
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::classes::class_id;
+use super::arrays::{dtype_element, ElementType};
 use super::{fingerprint, ArgValue, HostCopy, Position, Scratch};
 use crate::errors::Result;
 
-thread_local! {
-    /// Record dtypes this thread has seen, by address, with their id in `classes.rs` (which
-    /// holds each dtype, so an address is never reused for another).
-    static RECORD_DTYPES: RefCell<Vec<(usize, u16)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A structured NumPy scalar (`np.void`, `np.record`): its dtype in the fingerprint, its
-/// bytes staged for the launch to copy. Unstructured void scalars (raw bytes) go to
-/// numba-cuda, which refuses them as numba-cuda does.
+/// A structured NumPy scalar (`np.void`, `np.record`): its dtype in the fingerprint (by the
+/// id its arrays have too, `arrays::dtype_element`), its bytes staged for the launch to
+/// copy. Unstructured void scalars (raw bytes) go to numba-cuda, which refuses them as
+/// numba-cuda does.
 pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
     let py = arg.py();
     let dtype = arg.getattr(intern!(py, "dtype"))?;
-    let address = dtype.as_ptr() as usize;
-    let known = RECORD_DTYPES.with(|known| {
-        known
-            .borrow()
-            .iter()
-            .find(|(seen, _)| *seen == address)
-            .map(|&(_, id)| id)
-    });
-    let id = match known {
-        Some(id) => id,
-        None => {
-            if dtype.getattr(intern!(py, "names"))?.is_none() {
-                scratch.needs_numba = true;
-                return Ok(());
-            }
-            let id = class_id(&dtype).ok_or_else(|| at.error("too many record dtypes"))?;
-            RECORD_DTYPES.with(|known| known.borrow_mut().push((address, id)));
-            id
-        }
+    let Some((id, len)) = dtype_element(&dtype, at)?.and_then(ElementType::record) else {
+        scratch.needs_numba = true;
+        return Ok(());
     };
-    let len: usize = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
     let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
     // SAFETY: a valid object and an out-struct; on success the view is released below.
     if unsafe { ffi::PyObject_GetBuffer(arg.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_SIMPLE) } != 0 {

@@ -9,7 +9,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyComplex, PyFloat, PyInt};
 
-use super::arrays::{dtype_scalar, numba_only_dtype};
+use super::arrays::{dtype_element, numba_only_dtype, parse_datetime_dtype};
 use super::{fingerprint, ArgValue, Position, Scratch, Strategy};
 use crate::errors::Result;
 use crate::scalar::{Scalar, Value};
@@ -116,7 +116,7 @@ pub(super) fn numpy_strategy(arg: &Bound<'_, PyAny>, at: Position<'_>) -> Result
     if kind == "V" {
         return Ok(Strategy::Record);
     }
-    match dtype_scalar(&dtype)? {
+    match dtype_element(&dtype, at)?.and_then(|element| element.scalar()) {
         Some(scalar) => Ok(Strategy::NumpyScalar(scalar)),
         None if numba_only_dtype(&dtype) => Ok(Strategy::Numba),
         None => Err(at.error(format!("NumPy scalars of dtype {dtype} are not supported"))),
@@ -230,24 +230,4 @@ pub(super) fn read_datetime(
         .values
         .push(ArgValue::Scalar(Value::Int(i128::from(count))));
     Ok(())
-}
-
-/// `"<M8[ns]"` → (0, index of "ns"); `"<m8"` → (1, generic). Multiples (`[10s]`) are not
-/// numba units.
-fn parse_datetime_dtype(code: &str) -> Option<(u8, u8)> {
-    let rest = code.trim_start_matches(['<', '>', '=', '|']);
-    let kind = match rest.as_bytes().first()? {
-        b'M' => 0,
-        b'm' => 1,
-        _ => return None,
-    };
-    let rest = rest.get(1..)?.strip_prefix('8')?;
-    let unit = match rest {
-        "" => "",
-        bracketed => bracketed.strip_prefix('[')?.strip_suffix(']')?,
-    };
-    let index = fingerprint::DATETIME_UNITS
-        .iter()
-        .position(|&u| u == unit)?;
-    Some((kind, u8::try_from(index).ok()?))
 }

@@ -46,7 +46,8 @@ impl Plan {
     }
 
     /// Checks that arguments with this fingerprint can be packed by this plan: same
-    /// count, arrays where arrays are expected with the same ndim, scalars for scalars
+    /// count, arrays where arrays are expected with the same ndim (of any element type:
+    /// the array's itemsize is in its value), scalars for scalars
     /// (enum members and datetimes are scalars; tuple headers stand for no parameter).
     pub(crate) fn check_fingerprint(&self, fingerprint: &[u8]) -> Result<()> {
         let mut walker = Walker::new(fingerprint);
@@ -174,7 +175,7 @@ fn rename_argument(error: Error, fingerprint: &[u8], names: &[String]) -> Error 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::fingerprint::ARRAY_TAG;
+    use crate::classify::fingerprint::{ARRAY_TAG, DATETIME_TAG, RECORD_TAG};
     use crate::scalar::Value;
     use crate::scratch::ArrayArg;
 
@@ -226,6 +227,16 @@ mod tests {
             .is_err());
         assert!(Plan::new(vec![Param::Record])
             .check_fingerprint(&[Scalar::I64 as u8])
+            .is_err());
+        // Arrays of records and datetimes are arrays; a record is no array.
+        let record_array = [ARRAY_TAG, RECORD_TAG, 3, 0, 1, 0];
+        let datetime_array = [ARRAY_TAG, DATETIME_TAG, 0, 10, 1, 0];
+        let arrays = Plan::new(vec![Param::Array { ndim: 1 }]);
+        assert!(arrays.check_fingerprint(&record_array).is_ok());
+        assert!(arrays.check_fingerprint(&datetime_array).is_ok());
+        assert!(arrays.check_fingerprint(&[RECORD_TAG, 3, 0]).is_err());
+        assert!(Plan::new(vec![Param::Record])
+            .check_fingerprint(&record_array)
             .is_err());
     }
 }

@@ -9,7 +9,10 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::{Param, Plan};
-use crate::classify::fingerprint::{ARRAY_TAG, DATETIME_TAG, ENUM_TAG, RECORD_TAG};
+use crate::classify::fingerprint::{
+    push_array, Element, ARRAY_TAG, DATETIME_TAG, DATETIME_UNITS, ENUM_TAG, READONLY_FLAG,
+    RECORD_TAG,
+};
 use crate::classify::MAX_NDIM;
 use crate::scalar::{Scalar, Value, ALL_SCALARS};
 use crate::scratch::{ArgValue, ArrayArg};
@@ -31,6 +34,17 @@ fn plan_slots(plan: &Plan) -> usize {
 
 fn scalar() -> impl Strategy<Value = Scalar> {
     proptest::sample::select(ALL_SCALARS.to_vec())
+}
+
+/// Any array element type: a scalar, a record of any dtype id, a datetime or timedelta of any
+/// unit.
+fn element() -> impl Strategy<Value = Element> {
+    prop_oneof![
+        scalar().prop_map(Element::Scalar),
+        any::<u16>().prop_map(Element::Record),
+        (0u8..2, 0..DATETIME_UNITS.len() as u8)
+            .prop_map(|(kind, unit)| Element::Datetime { kind, unit }),
+    ]
 }
 
 fn value() -> impl Strategy<Value = Value> {
@@ -119,11 +133,16 @@ fn type_name() -> impl Strategy<Value = String> {
 }
 
 /// The bytes `classify` writes for an argument matching `param`.
-fn fingerprint_of(param: &Param, element: Scalar, flags: u8, scalar_code: Scalar) -> Vec<u8> {
+fn fingerprint_of(param: &Param, element: Element, flags: u8, scalar_code: Scalar) -> Vec<u8> {
     match param {
-        Param::Array { ndim } => vec![ARRAY_TAG, element as u8, *ndim as u8, flags & 7],
+        Param::Array { ndim } => {
+            let mut bytes = Vec::new();
+            let readonly = flags & READONLY_FLAG != 0;
+            push_array(&mut bytes, element, *ndim, flags & 3, readonly);
+            bytes
+        }
         Param::Scalar(_) => vec![scalar_code as u8],
-        Param::Record => vec![RECORD_TAG, element as u8, flags],
+        Param::Record => vec![RECORD_TAG, flags, flags],
     }
 }
 
@@ -226,8 +245,9 @@ proptest! {
     }
 
     /// Whatever bytes it accepts, they decode into exactly the plan's parameters: one
-    /// scalar byte (or a 3-byte enum or datetime entry) per scalar, a 4-byte array entry of
-    /// the same ndim per array, a 3-byte record entry per record.
+    /// scalar byte (or a 3-byte enum or datetime entry) per scalar, an array entry of the
+    /// same ndim per array (4 bytes, 6 with a record or datetime element), a 3-byte record
+    /// entry per record.
     #[test]
     fn accepted_fingerprints_fit_the_plan(
         plan in plan(),
@@ -235,6 +255,7 @@ proptest! {
             prop_oneof![
                 Just(ARRAY_TAG),
                 Just(RECORD_TAG),
+                Just(DATETIME_TAG),
                 0u8..=16,
                 any::<u8>(),
             ],
@@ -247,8 +268,13 @@ proptest! {
                 match param {
                     Param::Array { ndim } => {
                         prop_assert_eq!(bytes[i], ARRAY_TAG);
-                        prop_assert_eq!(usize::from(bytes[i + 2]), *ndim);
-                        i += 4;
+                        let element = if matches!(bytes[i + 1], RECORD_TAG | DATETIME_TAG) {
+                            3
+                        } else {
+                            1
+                        };
+                        prop_assert_eq!(usize::from(bytes[i + 1 + element]), *ndim);
+                        i += 3 + element;
                     }
                     Param::Scalar(_) => {
                         prop_assert!(bytes[i] != ARRAY_TAG && bytes[i] != RECORD_TAG);
@@ -267,7 +293,7 @@ proptest! {
     #[test]
     fn fingerprints_of_fitting_arguments_are_accepted(
         plan in valid_plan(),
-        element in scalar(),
+        element in element(),
         flags in any::<u8>(),
         code in scalar(),
     ) {
@@ -296,7 +322,7 @@ proptest! {
             (1usize..4).prop_map(|k| 256 * k),
             1usize..=MAX_NDIM,
         ],
-        element in scalar(),
+        element in element(),
     ) {
         let arrays: Vec<usize> = (0..plan.params.len())
             .filter(|&i| matches!(plan.params[i], Param::Array { .. }))
