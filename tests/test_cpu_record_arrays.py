@@ -26,6 +26,7 @@ from numba.cuda.random import xoroshiro128p_dtype
 from numba.cuda.typing.typeof import Purpose, typeof
 
 from fastlaunch import KernelArgumentError, _core
+from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.dispatcher import numba_type
 
 PACKED = np.dtype([("x", np.int32), ("y", np.float64)])
@@ -147,7 +148,10 @@ def test_equal_dtypes_aligned_differently_are_other_types():
     )
     assert same_layout == ALIGNED and not same_layout.isalignedstruct  # NumPy: equal
     packed, aligned = device_array((4,), same_layout), device_array((4,), ALIGNED)
-    assert typeof(packed) != typeof(aligned)
+    # numba-cuda 0.30 types them apart; 0.26 types both as aligned records (one type, which
+    # two fingerprints naming it do not change)
+    if numba_cuda.version()[:2] >= (0, 30):
+        assert typeof(packed) != typeof(aligned)
     assert _core.fingerprint((packed,)) != _core.fingerprint((aligned,))
     assert numba_type(_core.classify(packed)) == typeof(packed)
 
