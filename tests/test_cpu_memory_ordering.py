@@ -44,6 +44,27 @@ ADDRESS = device.device_ctypes_pointer.value
 )
 
 
+def test_a_new_stream_on_a_waited_streams_handle_waits_again(run_on_stand_in):
+    """A non-blocking stream destroyed after its wait for the legacy work may leave its
+    handle to a new stream, which has waited for nothing: it waits (told apart by the
+    driver's stream id), where the same stream launching again does not."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+waits = fake.fake_stream_waits()
+launch(NON_BLOCKING, device)
+launch(NON_BLOCKING, device)  # the same stream, no new legacy work: no second wait
+print(fake.fake_stream_waits() - waits)
+fake.fake_stream_reborn(ctypes.c_void_p(NON_BLOCKING))  # destroyed, its handle remade
+launch(NON_BLOCKING, device)
+print(fake.fake_stream_waits() - waits, fake.fake_last_waiting_stream() == NON_BLOCKING)
+launch(NON_BLOCKING, device)
+print(fake.fake_stream_waits() - waits)
+"""
+    )
+    assert lines == ["1", "2 True", "2"]
+
+
 def test_a_launch_on_a_non_blocking_stream_waits_once_for_legacy_copies(run_on_stand_in):
     lines = run_on_stand_in(
         PRELUDE

@@ -126,6 +126,22 @@ impl Driver {
         Ok(Some(crate::Context::from_raw(context)))
     }
 
+    /// `stream`'s id, unique among the streams of its context over the context's life (a
+    /// destroyed stream's handle may be given to a new stream; its id is not). None where
+    /// the driver lacks `cuStreamGetId` (before CUDA 12.0).
+    pub fn stream_id(&self, stream: usize) -> Result<Option<u64>> {
+        let Some(get_id) = self.api.stream_get_id else {
+            return Ok(None);
+        };
+        let mut id = 0u64;
+        self.check(
+            // SAFETY: valid out-pointer; the driver validates the handle.
+            unsafe { get_id(stream as CUstream, &mut id) },
+            "reading a stream's id (cuStreamGetId)",
+        )?;
+        Ok(Some(id))
+    }
+
     /// Whether work submitted to `stream` now would be captured into a graph, or, for the
     /// legacy stream, is refused because a blocking stream is being captured (work there
     /// would join that capture implicitly). Asking never invalidates a capture.

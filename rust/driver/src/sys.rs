@@ -281,6 +281,8 @@ driver_api! {
         ctx_get_id = "cuCtxGetId": fn(CUcontext, *mut u64);
         // The context a stream belongs to.
         stream_get_ctx = "cuStreamGetCtx": fn(CUstream, *mut CUcontext);
+        // A stream's id, unique over the context's life (CUDA 12.0+): a handle may be reused.
+        stream_get_id = "cuStreamGetId": fn(CUstream, *mut u64);
         // Memory pools of fastlaunch's own (CUDA 11.2+); without them, the device's current pool.
         mem_pool_create = "cuMemPoolCreate": fn(*mut CUmemoryPool, *const CUmemPoolProps);
         mem_pool_destroy = "cuMemPoolDestroy": fn(CUmemoryPool);

@@ -43,11 +43,25 @@ static LEGACY_WORK: AtomicU64 = AtomicU64::new(0);
 /// `LEGACY_WORK` as it was when [`settle_legacy_work`] last saw all of it done.
 static SETTLED_WORK: AtomicU64 = AtomicU64::new(0);
 
-/// Streams this thread made wait for the legacy work: `(context key, stream, LEGACY_WORK
-/// seen)`, the most recent first. A stream not here waits (again): never wrong.
+/// Streams this thread made wait for the legacy work, the most recent first. A stream not
+/// here waits (again): never wrong.
 const WAITERS: usize = 8;
+
+/// A stream that waited for the legacy work counted up to `work`.
+#[derive(Clone, Copy, Default)]
+struct Waited {
+    context: u64,
+    stream: usize,
+    /// The stream's id: a stream destroyed after its wait may leave its handle to a new
+    /// stream, which has waited for nothing (without ids, never taken as seen).
+    id: Option<u64>,
+    work: u64,
+}
+
 thread_local! {
-    static SEEN: Cell<[(u64, usize, u64); WAITERS]> = const { Cell::new([(0, 0, 0); WAITERS]) };
+    static SEEN: Cell<[Waited; WAITERS]> = const {
+        Cell::new([Waited { context: 0, stream: 0, id: None, work: 0 }; WAITERS])
+    };
 }
 
 /// How many non-blocking streams a context follows at once; beyond, the oldest one's event
@@ -296,9 +310,11 @@ fn wait_for_legacy_work(
     }
     let key = context.key();
     let seen = SEEN.with(Cell::get);
-    let this = |&(k, s, _): &(u64, usize, u64)| k == key && s == stream;
-    if seen.iter().any(|entry| this(entry) && entry.2 == work) {
-        return Ok(());
+    let this = |entry: &Waited| entry.context == key && entry.stream == stream;
+    if let Some(entry) = seen.iter().find(|entry| this(entry) && entry.work == work) {
+        if entry.id.is_some() && driver.stream_id(stream)? == entry.id {
+            return Ok(());
+        }
     }
     let memory = context_memory(driver, context)?;
     {
@@ -312,8 +328,13 @@ fn wait_for_legacy_work(
         let copied = ordering.copied_after(work)?;
         driver.stream_wait_event(stream, copied)?;
     }
-    let mut updated = [(0, 0, 0); WAITERS];
-    updated[0] = (key, stream, work);
+    let mut updated = [Waited::default(); WAITERS];
+    updated[0] = Waited {
+        context: key,
+        stream,
+        id: driver.stream_id(stream)?,
+        work,
+    };
     for (slot, entry) in updated[1..]
         .iter_mut()
         .zip(seen.iter().filter(|entry| !this(entry)))
