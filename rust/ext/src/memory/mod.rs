@@ -14,6 +14,7 @@
 
 mod buffer;
 mod context_memory;
+mod freed_blocks;
 mod handles;
 mod ordering;
 mod pinned;
