@@ -29,6 +29,16 @@ pub(crate) fn context_key() -> Result<u64> {
     Ok(current()?.1.key())
 }
 
+/// The current context's key (`context_key`), or `None` when no context is current (none is
+/// made current): one call where the allocation path would make two.
+#[pyfunction]
+pub(crate) fn current_context_key() -> Result<Option<u64>> {
+    if driver()?.current_context()?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(current()?.1.key()))
+}
+
 /// `nbytes` from the current context's pool (a block of the freed-block cache, when it
 /// keeps one of its size class), ordered on `stream` (0: the legacy default stream); 0 bytes
 /// give a null pointer. Out of memory, the cache is emptied, what the pool keeps unused is
