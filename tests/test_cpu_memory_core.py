@@ -114,7 +114,7 @@ print(outstanding() - before, ctypes.string_at(pointer, 2))
 _core.pinned_free(pointer)
 print(outstanding() - before)
 device = _core.mem_alloc(100)
-used, reserved = _core.pool_usage(0)
+used, reserved, cached = _core.pool_usage(0)
 print(used >= 100)
 _core.mem_free(device)
 _core.pool_trim(0)
@@ -147,7 +147,9 @@ print(_core.mem_alloc(0), outstanding() - count)
 _core.mem_free(0)
 """
     )
-    assert lines == [f"3 {1 + 32 * 1024 + 3 * 1024 * 1024}", "0 0", "0 0"]
+    # up to 1 MiB, a size is allocated at its freed-block cache class (a multiple of 512 bytes);
+    # the pool's release threshold is the driver's 0 here, so the cache keeps nothing
+    assert lines == [f"3 {512 + 32 * 1024 + 3 * 1024 * 1024}", "0 0", "0 0"]
 
 
 def test_streams_and_events_by_handle(run_on_stand_in):

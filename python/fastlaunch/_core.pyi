@@ -56,6 +56,7 @@ __all__ = [
     "pack",
     "pointer_device",
     "context_key",
+    "current_context_key",
     "forget_context",
     "at_exit",
     "settle_legacy_work",
@@ -343,11 +344,16 @@ def pointer_device(pointer: int) -> int | None: ...
 # pool, staged copies, pinned memory. Each works in the thread's current context.
 def mem_alloc(nbytes: int, stream: int = 0) -> int:
     """``nbytes`` from the current context's stream-ordered pool, ordered on ``stream`` (0: the
-    legacy default stream); a null pointer for 0 bytes. While a stream capture refuses the
-    pool's calls, ordinary device memory (``cuMemAlloc``)."""
+    legacy default stream), or a block the freed-block cache keeps for its size class; a null
+    pointer for 0 bytes. While a stream capture refuses the pool's calls, ordinary device
+    memory (``cuMemAlloc``)."""
 
 def context_key() -> int:
     """The current context's unique id (device 0's primary context made current if none is)."""
+
+def current_context_key() -> int | None:
+    """The current context's key (``context_key``), or None when no context is current (none
+    is made current)."""
 
 def forget_context(key: int) -> None:
     """Releases what the memory API keeps for the context whose key is ``key`` (its staging
@@ -376,8 +382,10 @@ def copy_device(dst: int, src: int, nbytes: int, stream: int = 0) -> None: ...
 def memset(pointer: int, value: int, nbytes: int, stream: int = 0) -> None: ...
 def pool_release_threshold(device: int) -> int: ...
 def set_pool_release_threshold(device: int, nbytes: int) -> None: ...
-def pool_usage(device: int) -> tuple[int, int]:
-    """``(used, reserved)`` bytes of fastlaunch's pool on the device."""
+def pool_usage(device: int) -> tuple[int, int, int]:
+    """``(used, reserved, cached)`` bytes of fastlaunch's pool on the device: handed out (the
+    freed-block cache's blocks aside), reserved from the driver, kept by the freed-block
+    cache."""
 
 def pool_trim(device: int, keep_bytes: int = 0) -> None: ...
 def pinned_alloc(nbytes: int) -> int: ...

@@ -80,7 +80,7 @@ def _configured_threshold() -> int:
 def allocate(nbytes: int, stream_handle: int) -> Any:
     """``nbytes`` of device memory for an array used on ``stream_handle``: a numba-cuda
     pointer (an ``OwnedPointer``, as ``Context.memalloc`` returns)."""
-    key = _core.context_key() if _core.current_context() is not None else None
+    key = _core.current_context_key()
     ctx = _contexts.get(key)
     if ctx is None:
         key, ctx = context()

@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex, Weak};
 use fastlaunch_driver::{self as driver, Context, LaunchContext, MemoryPool, StagingRing};
 use pyo3::prelude::*;
 
+use super::freed_blocks::FreedBlocks;
 use super::ordering::StreamOrdering;
+use super::pool::release_freed_blocks;
 use crate::devices::driver;
 
 /// What the memory API keeps for one context.
@@ -40,6 +42,8 @@ pub(crate) struct ContextMemory {
     /// Allocations made with `cuMemAlloc` while a capture refused the pool's (freed with
     /// `cuMemFree`).
     plain_allocations: Pointers,
+    /// Freed pool blocks kept for reuse (`freed_blocks.rs`).
+    pub(crate) freed_blocks: FreedBlocks,
 }
 
 /// Device pointers kept aside, usually none: their count, kept under the lock, lets the
@@ -153,6 +157,12 @@ impl ContextMemory {
     fn new(driver: &'static driver::Driver, context: &LaunchContext) -> driver::Result<Self> {
         // a driver that cannot make a pool (or refuses to) leaves the device's current one
         let pool = MemoryPool::create(driver, context.ordinal).unwrap_or(None);
+        let release_threshold = match pool {
+            Some(pool) => pool.release_threshold(driver),
+            None => driver
+                .memory_pool(context.ordinal)
+                .and_then(|pool| pool.release_threshold(driver)),
+        };
         Ok(ContextMemory {
             key: context.key(),
             context: context.context,
@@ -164,6 +174,7 @@ impl ContextMemory {
             settled_work: AtomicU64::new(0),
             deferred_frees: Pointers::default(),
             plain_allocations: Pointers::default(),
+            freed_blocks: FreedBlocks::new(release_threshold.unwrap_or(0)),
         })
     }
 
@@ -206,6 +217,8 @@ impl Drop for ContextMemory {
         if EXITING.load(Ordering::Relaxed) || !self.is_alive(driver) {
             return; // the ring's pinned memory, the events and the pool went with the context
         }
+        // kept blocks go back to the pool before it goes (the device's pool, else, keeps them)
+        let _ = release_freed_blocks(driver, self);
         // SAFETY: dropped once, here, and never used again.
         unsafe {
             ManuallyDrop::drop(&mut self.ring);

@@ -14,6 +14,7 @@
 
 mod buffer;
 mod context_memory;
+mod freed_blocks;
 mod handles;
 mod ordering;
 mod pinned;
@@ -34,8 +35,8 @@ pub(crate) use handles::{
 pub(crate) use ordering::{after_launch, before_launch, in_use, settle_legacy_work};
 pub(crate) use pinned::{pinned_alloc, pinned_free};
 pub(crate) use pool::{
-    context_key, mem_alloc, mem_free, pool_release_threshold, pool_trim, pool_usage,
-    set_pool_release_threshold,
+    context_key, current_context_key, mem_alloc, mem_free, pool_release_threshold, pool_trim,
+    pool_usage, set_pool_release_threshold,
 };
 pub(crate) use transfers::{
     copy_device, copy_to_device, copy_to_host, fetch_to_host, memset, stage_to_device,

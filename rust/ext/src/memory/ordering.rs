@@ -77,18 +77,25 @@ struct FollowedStream {
 }
 
 /// A context's events: `copied`, recorded on the legacy stream when `LEGACY_WORK` stood at
-/// `recorded_at`, and one per followed non-blocking stream.
+/// `recorded_at` (`records` times so far), and one per followed non-blocking stream.
 pub(crate) struct StreamOrdering {
     copied: Event,
     recorded_at: u64,
+    records: u64,
     followed: Vec<FollowedStream>,
 }
+
+/// Where a free was made on the legacy stream, as the count of `copied` records then: a
+/// later record of `copied` is a command on the legacy stream after the free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FreePoint(u64);
 
 impl StreamOrdering {
     pub(crate) fn new(driver: &'static driver::Driver) -> driver::Result<StreamOrdering> {
         Ok(StreamOrdering {
             copied: Event::create(driver, false)?,
             recorded_at: 0,
+            records: 0,
             followed: Vec::new(),
         })
     }
@@ -98,10 +105,16 @@ impl StreamOrdering {
     fn copied_after(&mut self, work: u64) -> driver::Result<usize> {
         if self.recorded_at != work {
             // after every piece counted so far: each was enqueued before it was counted
-            self.copied.record(LEGACY_STREAM)?;
-            self.recorded_at = work;
+            self.record_copied(work)?;
         }
         Ok(self.copied.handle())
+    }
+
+    fn record_copied(&mut self, work: u64) -> driver::Result<()> {
+        self.copied.record(LEGACY_STREAM)?;
+        self.recorded_at = work;
+        self.records += 1;
+        Ok(())
     }
 }
 
@@ -224,18 +237,51 @@ fn follow(
 
 /// Before a free on `stream`: makes it wait for every piece of work on a non-blocking stream
 /// since the last free (it may still use the memory). Waited for on the legacy stream, that
-/// work needs no second wait: later frees there come after this one.
+/// work needs no second wait: later frees there come after this one. Returns where the free
+/// stands on the legacy stream, for a block kept in the freed-block cache ([`before_reuse`]).
 pub(crate) fn order_free(
     driver: &driver::Driver,
     memory: &ContextMemory,
     stream: usize,
-) -> driver::Result<()> {
+) -> driver::Result<FreePoint> {
     let mut ordering = memory.ordering();
     for followed in ordering.followed.iter_mut().filter(|f| f.pending) {
         driver.stream_wait_event(stream, followed.event.handle())?;
         followed.pending = !is_legacy_stream(stream);
     }
-    Ok(())
+    Ok(FreePoint(ordering.records))
+}
+
+/// Before a block freed at `freed` on the legacy stream (kept in the freed-block cache, not
+/// given to the pool) is handed out again on `stream`, not being captured: orders every later
+/// use of it after its earlier users, as the pool's free and allocation would have. A command
+/// on the legacy stream after the free (a record of `copied`, made now if none was since)
+/// orders it after the earlier users on blocking streams, and any later work on a blocking
+/// stream after it (the legacy stream synchronises with both); a stream other than the
+/// legacy one also waits for that record on the GPU (a non-blocking stream, or one of
+/// another context, is ordered with nothing else). `None`: it cannot be ordered now (a
+/// blocking stream is being captured, which refuses the legacy stream): use the pool.
+/// Call [`after_alloc`] once it is handed out: the reuse is legacy work.
+pub(crate) fn before_reuse(
+    driver: &'static driver::Driver,
+    context: &LaunchContext,
+    memory: &ContextMemory,
+    stream: usize,
+    freed: FreePoint,
+) -> Result<Option<StreamWork>> {
+    let work = StreamWork::on(driver, context, stream, false)?;
+    let legacy = is_legacy_stream(stream);
+    let mut ordering = memory.ordering();
+    if ordering.records == freed.0 {
+        if !legacy && driver.capture_state(LEGACY_STREAM)? != Capture::None {
+            return Ok(None);
+        }
+        ordering.record_copied(LEGACY_WORK.load(Ordering::Acquire))?;
+    }
+    if !legacy {
+        driver.stream_wait_event(stream, ordering.copied.handle())?;
+    }
+    Ok(Some(work))
 }
 
 /// Before a copy on `stream`: whether it is being captured (asked of every stream: the

@@ -8,7 +8,7 @@
 //! numba-cuda allocates: the driver accepts or refuses it as it does numba-cuda's), freed with
 //! `cuMemFree`, and a free of pool memory waits for the next call that may make it.
 
-use fastlaunch_driver::{self as driver, Capture, LaunchContext, LEGACY_STREAM};
+use fastlaunch_driver::{self as driver, is_legacy_stream, Capture, LaunchContext, LEGACY_STREAM};
 use pyo3::prelude::*;
 
 use std::sync::Arc;
@@ -16,7 +16,8 @@ use std::sync::Arc;
 use super::context_memory::{
     all_context_memory, context_memory, known_context_memory, ContextMemory,
 };
-use super::ordering::{after_alloc, before_alloc, order_free};
+use super::freed_blocks::SizeClass;
+use super::ordering::{after_alloc, before_alloc, before_reuse, order_free};
 use super::{byte_count, current};
 use crate::devices::driver;
 use crate::errors::Result;
@@ -28,9 +29,20 @@ pub(crate) fn context_key() -> Result<u64> {
     Ok(current()?.1.key())
 }
 
-/// `nbytes` from the current context's pool, ordered on `stream` (0: the legacy default
-/// stream); 0 bytes give a null pointer. Out of memory, what the pool keeps unused is given
-/// back to the driver and the allocation tried once more.
+/// The current context's key (`context_key`), or `None` when no context is current (none is
+/// made current): one call where the allocation path would make two.
+#[pyfunction]
+pub(crate) fn current_context_key() -> Result<Option<u64>> {
+    if driver()?.current_context()?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(current()?.1.key()))
+}
+
+/// `nbytes` from the current context's pool (a block of the freed-block cache, when it
+/// keeps one of its size class), ordered on `stream` (0: the legacy default stream); 0 bytes
+/// give a null pointer. Out of memory, the cache is emptied, what the pool keeps unused is
+/// given back to the driver and the allocation tried once more.
 #[pyfunction]
 #[pyo3(signature = (nbytes, stream = 0))]
 pub(crate) fn mem_alloc(py: Python<'_>, nbytes: i64, stream: usize) -> Result<u64> {
@@ -45,16 +57,80 @@ pub(crate) fn mem_alloc(py: Python<'_>, nbytes: i64, stream: usize) -> Result<u6
         }
         return Ok(pointer);
     }
+    let class = memory.freed_blocks.class_of(nbytes);
+    if let Some(pointer) = class.map_or(Ok(None), |class| {
+        reuse_freed_block(driver, &context, &memory, class, stream)
+    })? {
+        return Ok(pointer);
+    }
+    let size = class.map_or(nbytes, SizeClass::bytes);
     let work = before_alloc(driver, &context, stream)?;
-    let pointer = match driver.alloc_from_pool_async(memory.pool, nbytes, stream) {
+    let pointer = match driver.alloc_from_pool_async(memory.pool, size, stream) {
         Err(error) if is_out_of_memory(&error) => {
+            release_freed_blocks(driver, &memory)?;
             trim_pool(py, driver, &memory)?;
-            driver.alloc_from_pool_async(memory.pool, nbytes, stream)?
+            driver.alloc_from_pool_async(memory.pool, size, stream)?
         }
         allocated => allocated?,
     };
+    if let Some(class) = class {
+        memory.freed_blocks.note_handed_out(pointer, class);
+    }
     after_alloc(driver, &memory, work)?;
     Ok(pointer)
+}
+
+/// A block of `class` from the freed-block cache, ordered on `stream` (not being captured)
+/// after its earlier users; none when the cache keeps none, or when it cannot be ordered now.
+fn reuse_freed_block(
+    driver: &'static driver::Driver,
+    context: &LaunchContext,
+    memory: &ContextMemory,
+    class: SizeClass,
+    stream: usize,
+) -> Result<Option<u64>> {
+    let Some(block) = memory.freed_blocks.take(class) else {
+        return Ok(None);
+    };
+    match before_reuse(driver, context, memory, stream, block.freed) {
+        Ok(Some(work)) => {
+            after_alloc(driver, memory, work)?;
+            Ok(Some(block.pointer))
+        }
+        unordered => {
+            memory.freed_blocks.put_back(class, block);
+            unordered.map(|_| None)
+        }
+    }
+}
+
+/// Frees every block the freed-block cache of `memory` keeps, on its context's legacy stream
+/// (where each was freed, after its users); while a capture refuses the legacy stream, they
+/// stay kept. Whether any was freed.
+pub(crate) fn release_freed_blocks(
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+) -> driver::Result<bool> {
+    if memory.freed_blocks.held_bytes() == 0 {
+        return Ok(false);
+    }
+    let other = driver.current_context()? != Some(memory.context);
+    if other {
+        driver.push_context(memory.context)?;
+    }
+    let released = (|| {
+        if driver.capture_state(LEGACY_STREAM)? != Capture::None {
+            return Ok(false);
+        }
+        for pointer in memory.freed_blocks.take_all() {
+            driver.free_async(pointer, LEGACY_STREAM)?;
+        }
+        Ok(true)
+    })();
+    if other {
+        driver.pop_context()?;
+    }
+    released
 }
 
 fn is_out_of_memory(error: &driver::Error) -> bool {
@@ -76,7 +152,8 @@ fn trim_pool(
 
 /// Frees `pointer` (from `mem_alloc`) on `stream`, ordered after all work already enqueued
 /// on `stream` and after the work on non-blocking streams that may use it
-/// (`ordering::order_free`). `context`: the key (`context_key`) of the context it was
+/// (`ordering::order_free`); on the legacy stream, a block of the freed-block cache's is kept
+/// there instead, when it has room. `context`: the key (`context_key`) of the context it was
 /// allocated in, made current for the free when it is not; when that context was reset
 /// since (`cuda.close()`), its memory went with it and nothing is done.
 #[pyfunction]
@@ -94,11 +171,19 @@ pub(crate) fn mem_free(
             return Ok(py.detach(|| driver.free_now(pointer))?);
         }
         if driver.capture_state(stream)? != Capture::None {
+            memory.freed_blocks.forget(pointer);
             memory.defer_free(pointer);
             return Ok(());
         }
         make_deferred_frees(driver, &memory)?;
-        order_free(driver, &memory, stream)?;
+        let freed = order_free(driver, &memory, stream)?;
+        if is_legacy_stream(stream) {
+            if memory.freed_blocks.keep(pointer, freed) {
+                return Ok(());
+            }
+        } else {
+            memory.freed_blocks.forget(pointer);
+        }
         Ok(driver.free_async(pointer, stream)?)
     };
     match context {
@@ -178,10 +263,14 @@ pub(crate) fn pool_release_threshold(device: usize) -> Result<u64> {
     })
 }
 
+/// Sets it, and the freed-block cache's bound with it (emptied: it holds no more than that
+/// from now on).
 #[pyfunction]
 pub(crate) fn set_pool_release_threshold(device: usize, nbytes: u64) -> Result<()> {
     with_device_memory(device, |driver, memory| {
-        pool_of(driver, memory)?.set_release_threshold(driver, nbytes)
+        pool_of(driver, memory)?.set_release_threshold(driver, nbytes)?;
+        memory.freed_blocks.set_limit(nbytes);
+        release_freed_blocks(driver, memory).map(drop)
     })
 }
 
@@ -197,25 +286,32 @@ fn live_device_memory(
         .find(|memory| memory.ordinal == ordinal && memory.is_alive(driver)))
 }
 
-/// `(used, reserved)` bytes of the pool of device `device` (nothing, before fastlaunch
-/// allocated there, or after its context was reset).
+/// `(used, reserved, cached)` bytes of the pool of device `device`: handed out (the
+/// freed-block cache's blocks aside), reserved from the driver, and kept by the freed-block
+/// cache (nothing, before fastlaunch allocated there, or after its context was reset).
 #[pyfunction]
-pub(crate) fn pool_usage(device: usize) -> Result<(u64, u64)> {
+pub(crate) fn pool_usage(device: usize) -> Result<(u64, u64, u64)> {
     let driver = driver()?;
     let Some(memory) = live_device_memory(driver, device)? else {
-        return Ok((0, 0));
+        return Ok((0, 0, 0));
     };
+    let cached = memory.freed_blocks.held_bytes();
     let usage = pool_of(driver, &memory)?.usage(driver)?;
-    Ok((usage.used, usage.reserved))
+    Ok((usage.used.saturating_sub(cached), usage.reserved, cached))
 }
 
-/// Releases what the pool of device `device` keeps unused, down to `keep_bytes`.
+/// Releases what the pool of device `device` keeps unused, down to `keep_bytes`, the
+/// freed-block cache's blocks first (their frees waited for, without the GIL, so that the
+/// pool has them to release).
 #[pyfunction]
 #[pyo3(signature = (device, keep_bytes = 0))]
-pub(crate) fn pool_trim(device: usize, keep_bytes: usize) -> Result<()> {
+pub(crate) fn pool_trim(py: Python<'_>, device: usize, keep_bytes: usize) -> Result<()> {
     let driver = driver()?;
     let Some(memory) = live_device_memory(driver, device)? else {
         return Ok(());
     };
+    if release_freed_blocks(driver, &memory)? {
+        py.detach(|| driver.stream_synchronize(LEGACY_STREAM))?;
+    }
     Ok(pool_of(driver, &memory)?.trim_to(driver, keep_bytes)?)
 }
