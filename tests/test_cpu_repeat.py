@@ -270,3 +270,44 @@ print(hits() - before)
 """,
     )
     assert lines == ["2"]  # the second launch, and the last; the rest changed in between
+
+
+def test_new_arrays_each_launch_match_a_remembered_launch_with_their_own_values(run_on_stand_in):
+    """A loop making new arrays for each launch: once the kernel has two launches remembered,
+    the most recent takes new arrays of the same kinds, read and repacked (and reads them from
+    then on: its slots no longer hold the first arrays', which must be packed again when they
+    come back)."""
+    lines = run(
+        run_on_stand_in,
+        f"""
+import sys
+sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+import types
+from exchange_tensors import Tensor
+from test_cpu_cupy_arrays import FakeCupyArray
+fake_cuda = types.ModuleType("cupy.cuda")
+fake_cuda.get_current_stream = lambda: types.SimpleNamespace(ptr=0)
+sys.modules["cupy"] = types.ModuleType("cupy")
+sys.modules["cupy"].ndarray = FakeCupyArray
+sys.modules["cupy.cuda"] = fake_cuda
+def new_args(step):
+    return (
+        device_array((8, 4), 0x1000_0000 + 0x1000 * step),
+        FakeCupyArray((64,), "float32"),
+        Tensor((16,), 0x2_0000_0000 + 0x1000 * step),
+        0.5 * step,
+    )
+kernel = kernel_for(4)
+first = new_args(0)
+packed_as = register(kernel, first)
+before = hits()
+for step in range(8):
+    launched_as_packed(kernel, new_args(step), packed_as)
+print(hits() - before, *_core._remembered_checks(), sep=",")
+launched_as_packed(kernel, first, packed_as)  # the first arrays again
+launched_as_packed(kernel, (first[0], *new_args(9)[1:]), packed_as)
+print(hits() - before)
+""",
+    )
+    # the first two launches are remembered, the next six match the second
+    assert lines == ["6,read,read,read,scalar", "8"]

@@ -8,7 +8,9 @@
 //! - an array proven unchanged, the same object (`classify::Unchanged`: a numba device
 //!   array; a CuPy array whose shape is the same; a torch tensor read again in one C call
 //!   and found to describe the same memory, dtype, shape, strides and device): nothing to
-//!   rewrite;
+//!   rewrite. Another object (a new array each step) or a changed one is read as below, and
+//!   the argument is read on every later launch: its slots no longer hold the proven object's
+//!   values, and proving the new object would cost a weak reference per launch;
 //! - a scalar of the same exact type (`classify::ScalarSlots`): its value written into its
 //!   slot;
 //! - anything else (tuples, CUDA Array Interface objects, ...): read again as a launch reads
@@ -40,12 +42,13 @@ const PER_KERNEL: usize = 2;
 
 /// How one argument of a remembered launch is checked when it comes again.
 enum ArgCheck {
-    Unchanged(Unchanged),
-    /// A scalar of the same type, written into its slots (from `slot`).
-    Scalar {
-        slots: ScalarSlots,
-        slot: usize,
+    /// The proven object, still as it was; any other is read as `Read` reads it.
+    Unchanged {
+        proof: Unchanged,
+        argument: PackedArgument,
     },
+    /// A scalar of the same type, written into its slots (from `slot`).
+    Scalar { slots: ScalarSlots, slot: usize },
     /// Read again: its fingerprint bytes must be the same; its values are packed into its
     /// slots.
     Read(PackedArgument),
@@ -144,9 +147,17 @@ pub(crate) fn find(
     }
     // The most recently used first: in a loop of swapped arrays, the other one.
     candidates.sort_unstable_by_key(|launch| std::cmp::Reverse(launch.last_used));
+    // Each by its proofs first; failing that, once the kernel has its launches remembered
+    // (two arrays swapped each step are remembered as the second, proven), the most recent
+    // with its arrays read: new arrays of the same kinds.
     let mut found = None;
-    for (index, launch) in candidates.iter_mut().enumerate() {
-        if let Some(overload) = launch.refill(args, names, scratch) {
+    let tries = (0..candidates.len()).map(|index| (index, Proofs::Required));
+    let read = (candidates.len() == PER_KERNEL).then_some((0, Proofs::OrRead));
+    for (index, proofs) in tries.chain(read) {
+        let Some(launch) = candidates.get_mut(index) else {
+            break;
+        };
+        if let Some(overload) = launch.refill(args, names, scratch, proofs) {
             found = Some((index, overload));
             break;
         }
@@ -161,6 +172,14 @@ pub(crate) fn find(
     found
 }
 
+/// Whether a remembered launch's proven arrays must be the very objects proven.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Proofs {
+    Required,
+    /// Another array of the same kind is read, and read from then on.
+    OrRead,
+}
+
 /// Gives back the launch [`find`] returned, as the most recently used.
 pub(crate) fn keep(launch: LastLaunch) {
     put_back([(launch, true)], true);
@@ -168,7 +187,8 @@ pub(crate) fn keep(launch: LastLaunch) {
 
 impl LastLaunch {
     /// The overload, held for the launch, if `args` launch as this did: each checked as
-    /// remembered, the slots of those that may differ rewritten. Any doubt (a different type,
+    /// remembered (a proven array that is another object: a miss, or read as `proofs` says),
+    /// the slots of those that may differ rewritten. Any doubt (a different type,
     /// kind or shape, an error while reading) is a miss: the full path decides, and raises
     /// what it raises.
     #[inline]
@@ -177,15 +197,31 @@ impl LastLaunch {
         args: &Bound<'_, PyTuple>,
         names: &[String],
         scratch: &mut Scratch,
+        proofs: Proofs,
     ) -> Option<Arc<Overload>> {
         if args.len() != self.args.len() {
             return None;
         }
         let overload = self.overload.upgrade()?;
         let plan = overload.plan.as_ref()?;
-        for (index, (arg, check)) in args.iter_borrowed().zip(&self.args).enumerate() {
+        for (index, arg) in args.iter_borrowed().enumerate() {
+            let at = Position {
+                index,
+                name: names.get(index).map_or("", String::as_str),
+            };
+            let check = self.args.get_mut(index)?;
+            if let ArgCheck::Unchanged { proof, argument } = check {
+                if proof.holds(&arg, scratch) {
+                    continue;
+                }
+                if proofs == Proofs::Required {
+                    return None;
+                }
+                // Its slots are about to hold another object's values: from now on read.
+                *check = ArgCheck::Read(argument.clone());
+            }
             let matches = match check {
-                ArgCheck::Unchanged(proof) => proof.holds(&arg, scratch),
+                ArgCheck::Unchanged { .. } => true, // (one that holds is passed above)
                 ArgCheck::Scalar { slots, slot } => {
                     let end = *slot + slots.width();
                     match self.params.slots_mut().get_mut(*slot..end) {
@@ -194,10 +230,6 @@ impl LastLaunch {
                     }
                 }
                 ArgCheck::Read(argument) => {
-                    let at = Position {
-                        index,
-                        name: names.get(index).map_or("", String::as_str),
-                    };
                     let expected = &self.fingerprint[argument.fingerprint.clone()];
                     let values_start = scratch.values.len();
                     read_argument(&arg, at, expected, scratch).unwrap_or(false)
@@ -301,7 +333,7 @@ fn check_for(
                 .get(array.dims_at..array.dims_at + array.ndim)
                 .unwrap_or_default();
             if let Some(proof) = Unchanged::of(arg, part, shape) {
-                return ArgCheck::Unchanged(proof);
+                return ArgCheck::Unchanged { proof, argument };
             }
         }
         Some(ArgValue::Scalar(_)) => {
@@ -334,7 +366,7 @@ pub(crate) fn _remembered_checks() -> Vec<&'static str> {
             .max_by_key(|launch| launch.last_used);
         latest.map_or_else(Vec::new, |launch| {
             let name = |check: &ArgCheck| match check {
-                ArgCheck::Unchanged(proof) => proof.kind_name(),
+                ArgCheck::Unchanged { proof, .. } => proof.kind_name(),
                 ArgCheck::Scalar { .. } => "scalar",
                 ArgCheck::Read(_) => "read",
             };
