@@ -886,6 +886,25 @@ def markdown(table: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def measured(rounds: int) -> dict[str, Any]:
+    """What a results file says of its run: when, with which arguments, how many rounds,
+    on what machine."""
+    return {
+        "measured": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "args": " ".join(sys.argv[1:]),
+        "rounds": rounds,
+        "environment": environment(),
+    }
+
+
+def write_results(out: Path, stem: str, table: list, meta: dict[str, Any], text: str) -> None:
+    """DIR/<stem>.md (``text``, also printed) and DIR/<stem>.json (``meta`` and the rows)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.json").write_text(json.dumps({**meta, "rows": table}, indent=1) + "\n")
+    print(text)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("."))
@@ -905,17 +924,8 @@ def main() -> int:
     variants = build(set(args.libraries.split(",")), set(args.ops.split(",")))
     done = run(variants, args.rounds, args.seconds, args.seed)
     table = rows(variants)
-    meta = {
-        "measured": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "args": " ".join(sys.argv[1:]),
-        "rounds": done,
-        "environment": environment(),
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    text = markdown(table, meta)
-    (args.out / "memory.md").write_text(text)
-    (args.out / "memory.json").write_text(json.dumps({**meta, "rows": table}, indent=1) + "\n")
-    print(text)
+    meta = measured(done)
+    write_results(args.out, "memory", table, meta, markdown(table, meta))
     if args.steps:
         steps = tutorial_steps(args.steps)
         lines = [

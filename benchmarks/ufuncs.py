@@ -37,9 +37,7 @@ DIR/ufuncs.md and DIR/ufuncs.json (``rows``: ``{"op", "library", "median_us", "p
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,8 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.harness import _percentile, apply_numpy_shim  # noqa: E402
-from benchmarks.memory import Variant, run  # noqa: E402
-from benchmarks.run import environment  # noqa: E402
+from benchmarks.memory import Variant, measured, run, write_results  # noqa: E402
 
 OPS = (
     "vectorize_device",
@@ -288,17 +285,8 @@ def main() -> int:
     variants = build(set(args.libraries.split(",")), set(args.ops.split(",")))
     done = run(variants, args.rounds, args.seconds, args.seed)
     table = rows(variants)
-    meta = {
-        "measured": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "args": " ".join(sys.argv[1:]),
-        "rounds": done,
-        "environment": environment(),
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    text = markdown(table, meta)
-    (args.out / "ufuncs.md").write_text(text)
-    (args.out / "ufuncs.json").write_text(json.dumps({**meta, "rows": table}, indent=1) + "\n")
-    print(text)
+    meta = measured(done)
+    write_results(args.out, "ufuncs", table, meta, markdown(table, meta))
     return 0
 
 
