@@ -1,7 +1,8 @@
 //! The Python face of a kernel (`fastlaunch.Kernel` subclasses it): registering overloads
 //! (tests and tools; launches register what `_on_miss` returns), and
 //! `kernel[griddim, blockdim, stream, sharedmem]` / `configure(...)`, which build a
-//! [`Launcher`]. The overload table itself is in `overloads.rs`.
+//! [`Launcher`] (`kernel[...]` through the cache in `configurations.rs`). The overload table
+//! itself is in `overloads.rs`.
 
 use std::sync::atomic::Ordering;
 
@@ -11,10 +12,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::Result;
-use crate::launch::configurations;
+use crate::launch::configurations::{Recent, StreamKey, Written, WrittenStream};
 use crate::launch::launcher::Launcher;
 use crate::launch::numba_types::plan_of_types;
 use crate::launch::overloads::Kernel;
+use crate::streams::parse_stream;
 
 #[pymethods]
 impl Kernel {
@@ -79,7 +81,7 @@ impl Kernel {
         slf: &Bound<'py, Self>,
         config: &Bound<'py, PyAny>,
     ) -> Result<Bound<'py, PyAny>> {
-        configurations::launcher(slf, config)
+        configured(slf, config)
     }
 
     /// Configurations cached by `kernel[...]`.
@@ -140,4 +142,66 @@ impl Kernel {
             Some(cluster),
         )
     }
+}
+
+/// The launcher for `kernel[config]`: cached, or made (and cached when `config` is plain);
+/// see `configurations.rs`.
+fn configured<'py>(
+    kernel: &Bound<'py, Kernel>,
+    config: &Bound<'py, PyAny>,
+) -> Result<Bound<'py, PyAny>> {
+    let py = kernel.py();
+    let cache = &kernel.get().configurations;
+    let Some(written) = Written::of(config) else {
+        return parse(kernel, config);
+    };
+    let stream = match written.stream {
+        WrittenStream::Key(stream) => {
+            let key = written.key(stream);
+            let found = cache.find(&key);
+            if let Some(launcher) = found.as_ref().and_then(|e| e.launcher.as_ref()) {
+                return Ok(launcher.bind(py).clone());
+            }
+            let launcher = parse(kernel, config)?;
+            cache.insert(key, Some(launcher.clone().unbind()));
+            return Ok(launcher);
+        }
+        WrittenStream::Object(stream) => stream,
+    };
+    if let Some(launcher) = cache.find_recent(py, &written, stream.as_ptr() as usize) {
+        return Ok(launcher);
+    }
+    let stream = stream.to_owned();
+    let Ok(handle) = parse_stream(&stream) else {
+        return parse(kernel, config); // raises what the full parse raises
+    };
+    let key = written.key(StreamKey::Object(handle as u64));
+    let launcher = if cache.find(&key).is_some() {
+        Bound::new(py, Launcher::on_stream(kernel, key.dims(), stream.clone()))?.into_any()
+    } else {
+        let launcher = parse(kernel, config)?;
+        // keyed by the handle the launcher holds (read from the object again by the parse)
+        let made = launcher.cast::<Launcher>().map_err(PyErr::from)?;
+        cache.insert(
+            written.key(StreamKey::Object(made.get().dims().stream as u64)),
+            None,
+        );
+        launcher
+    };
+    cache.remember_recent(Recent {
+        key: written.key(StreamKey::Default),
+        stream: stream.as_ptr() as usize,
+        launcher: launcher.clone().unbind(),
+    });
+    Ok(launcher)
+}
+
+/// The full parse of `kernel[config]` (numba-cuda's errors for bad values).
+fn parse<'py>(
+    kernel: &Bound<'py, Kernel>,
+    config: &Bound<'py, PyAny>,
+) -> Result<Bound<'py, PyAny>> {
+    kernel.get().configurations.note_parse();
+    let launcher = Launcher::from_subscript(kernel, config)?;
+    Ok(Bound::new(kernel.py(), launcher)?.into_any())
 }
