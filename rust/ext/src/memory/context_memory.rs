@@ -16,8 +16,7 @@ use fastlaunch_driver::{self as driver, Context, LaunchContext, MemoryPool, Stag
 use pyo3::prelude::*;
 
 use super::freed_blocks::FreedBlocks;
-use super::ordering::StreamOrdering;
-use super::pool::release_freed_blocks;
+use super::stream_ordering::StreamOrdering;
 use crate::devices::driver;
 
 /// What the memory API keeps for one context.
@@ -218,7 +217,7 @@ impl Drop for ContextMemory {
             return; // the ring's pinned memory, the events and the pool went with the context
         }
         // kept blocks go back to the pool before it goes (the device's pool, else, keeps them)
-        let _ = release_freed_blocks(driver, self);
+        let _ = self.freed_blocks.release_all(driver, self.context);
         // SAFETY: dropped once, here, and never used again.
         unsafe {
             ManuallyDrop::drop(&mut self.ring);

@@ -22,7 +22,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use super::ordering::FreePoint;
+use fastlaunch_driver::{self as driver, Capture, Context, LEGACY_STREAM};
+
+use super::stream_ordering::FreePoint;
 
 /// Sizes are rounded up to a multiple of this.
 pub(crate) const CLASS_BYTES: usize = 512;
@@ -166,9 +168,39 @@ impl FreedBlocks {
         }
     }
 
+    /// Frees every kept block on the legacy stream of `context` (theirs: where each was
+    /// freed, after its users); while a capture refuses the legacy stream, they stay kept.
+    /// Whether any was freed.
+    pub(crate) fn release_all(
+        &self,
+        driver: &'static driver::Driver,
+        context: Context,
+    ) -> driver::Result<bool> {
+        if self.held_bytes() == 0 {
+            return Ok(false);
+        }
+        let other = driver.current_context()? != Some(context);
+        if other {
+            driver.push_context(context)?;
+        }
+        let released = (|| {
+            if driver.capture_state(LEGACY_STREAM)? != Capture::None {
+                return Ok(false);
+            }
+            for pointer in self.take_all() {
+                driver.free_async(pointer, LEGACY_STREAM)?;
+            }
+            Ok(true)
+        })();
+        if other {
+            driver.pop_context()?;
+        }
+        released
+    }
+
     /// Every kept block, no longer kept: the caller frees them on the legacy stream (where
     /// each was freed).
-    pub(crate) fn take_all(&self) -> Vec<u64> {
+    fn take_all(&self) -> Vec<u64> {
         if self.held_bytes.load(Ordering::Relaxed) == 0 {
             return Vec::new();
         }

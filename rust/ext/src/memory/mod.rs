@@ -19,6 +19,7 @@ mod handles;
 mod ordering;
 mod pinned;
 mod pool;
+mod stream_ordering;
 mod transfers;
 
 use fastlaunch_driver::{self as driver, LaunchContext};

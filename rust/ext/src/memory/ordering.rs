@@ -34,6 +34,7 @@ use fastlaunch_driver::{
 use pyo3::prelude::*;
 
 use super::context_memory::{all_context_memory, context_memory, ContextMemory};
+use super::stream_ordering::{FollowedStream, FreePoint, FOLLOWED_STREAMS};
 use crate::errors::Result;
 
 /// Set once the memory API allocated or copied: before that, no launch has its memory.
@@ -62,60 +63,6 @@ thread_local! {
     static SEEN: Cell<[Waited; WAITERS]> = const {
         Cell::new([Waited { context: 0, stream: 0, id: None, work: 0 }; WAITERS])
     };
-}
-
-/// How many non-blocking streams a context follows at once; beyond, the oldest one's event
-/// is waited for on the legacy stream at once (what a free would do) and its place reused.
-const FOLLOWED_STREAMS: usize = 16;
-
-/// A non-blocking stream worked on: `event` recorded after its last piece of work,
-/// `pending` while no free has waited for that record yet.
-struct FollowedStream {
-    stream: usize,
-    event: Event,
-    pending: bool,
-}
-
-/// A context's events: `copied`, recorded on the legacy stream when `LEGACY_WORK` stood at
-/// `recorded_at` (`records` times so far), and one per followed non-blocking stream.
-pub(crate) struct StreamOrdering {
-    copied: Event,
-    recorded_at: u64,
-    records: u64,
-    followed: Vec<FollowedStream>,
-}
-
-/// Where a free was made on the legacy stream, as the count of `copied` records then: a
-/// later record of `copied` is a command on the legacy stream after the free.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FreePoint(u64);
-
-impl StreamOrdering {
-    pub(crate) fn new(driver: &'static driver::Driver) -> driver::Result<StreamOrdering> {
-        Ok(StreamOrdering {
-            copied: Event::create(driver, false)?,
-            recorded_at: 0,
-            records: 0,
-            followed: Vec::new(),
-        })
-    }
-
-    /// The `copied` event, recorded on the legacy stream after all legacy work counted so
-    /// far (again only if more was counted since its last record).
-    fn copied_after(&mut self, work: u64) -> driver::Result<usize> {
-        if self.recorded_at != work {
-            // after every piece counted so far: each was enqueued before it was counted
-            self.record_copied(work)?;
-        }
-        Ok(self.copied.handle())
-    }
-
-    fn record_copied(&mut self, work: u64) -> driver::Result<()> {
-        self.copied.record(LEGACY_STREAM)?;
-        self.recorded_at = work;
-        self.records += 1;
-        Ok(())
-    }
 }
 
 /// How a copy or an allocation on a stream orders with the rest ([`before_copy`],

@@ -67,7 +67,7 @@ pub(crate) fn mem_alloc(py: Python<'_>, nbytes: i64, stream: usize) -> Result<u6
     let work = before_alloc(driver, &context, stream)?;
     let pointer = match driver.alloc_from_pool_async(memory.pool, size, stream) {
         Err(error) if is_out_of_memory(&error) => {
-            release_freed_blocks(driver, &memory)?;
+            memory.freed_blocks.release_all(driver, memory.context)?;
             trim_pool(py, driver, &memory)?;
             driver.alloc_from_pool_async(memory.pool, size, stream)?
         }
@@ -102,35 +102,6 @@ fn reuse_freed_block(
             unordered.map(|_| None)
         }
     }
-}
-
-/// Frees every block the freed-block cache of `memory` keeps, on its context's legacy stream
-/// (where each was freed, after its users); while a capture refuses the legacy stream, they
-/// stay kept. Whether any was freed.
-pub(crate) fn release_freed_blocks(
-    driver: &'static driver::Driver,
-    memory: &ContextMemory,
-) -> driver::Result<bool> {
-    if memory.freed_blocks.held_bytes() == 0 {
-        return Ok(false);
-    }
-    let other = driver.current_context()? != Some(memory.context);
-    if other {
-        driver.push_context(memory.context)?;
-    }
-    let released = (|| {
-        if driver.capture_state(LEGACY_STREAM)? != Capture::None {
-            return Ok(false);
-        }
-        for pointer in memory.freed_blocks.take_all() {
-            driver.free_async(pointer, LEGACY_STREAM)?;
-        }
-        Ok(true)
-    })();
-    if other {
-        driver.pop_context()?;
-    }
-    released
 }
 
 fn is_out_of_memory(error: &driver::Error) -> bool {
@@ -270,7 +241,10 @@ pub(crate) fn set_pool_release_threshold(device: usize, nbytes: u64) -> Result<(
     with_device_memory(device, |driver, memory| {
         pool_of(driver, memory)?.set_release_threshold(driver, nbytes)?;
         memory.freed_blocks.set_limit(nbytes);
-        release_freed_blocks(driver, memory).map(drop)
+        memory
+            .freed_blocks
+            .release_all(driver, memory.context)
+            .map(drop)
     })
 }
 
@@ -310,7 +284,7 @@ pub(crate) fn pool_trim(py: Python<'_>, device: usize, keep_bytes: usize) -> Res
     let Some(memory) = live_device_memory(driver, device)? else {
         return Ok(());
     };
-    if release_freed_blocks(driver, &memory)? {
+    if memory.freed_blocks.release_all(driver, memory.context)? {
         py.detach(|| driver.stream_synchronize(LEGACY_STREAM))?;
     }
     Ok(pool_of(driver, &memory)?.trim_to(driver, keep_bytes)?)
