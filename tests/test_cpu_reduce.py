@@ -104,3 +104,101 @@ def test_with_res_the_last_kernel_writes_res(size, allocations):
         assert len(allocations) == 1
         (partials,) = allocations
         assert last[2] == partials.window()
+
+
+# -- the call: which calls a plan takes, and what it hands the plan ----------------------------
+
+
+class FakeGpuData:
+    """A numba-cuda device array's memory, as far as building arrays and views reads it."""
+
+    class _Pointer:
+        value = 0x10000
+
+    device_ctypes_pointer = _Pointer()
+
+    def view(self, start, stop=None):
+        return self
+
+
+def numba_array(shape, dtype=np.float32):
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    dtype = np.dtype(dtype)
+    strides = tuple(int(s) for s in np.empty(shape, dtype).strides)
+    return DeviceNDArray(shape, strides, dtype, gpu_data=FakeGpuData())
+
+
+@pytest.fixture
+def planned_reduction(monkeypatch):
+    """A reduction whose plans are recorded (not run) and whose numba-cuda calls are noted."""
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    from fastlaunch.ufuncs import kernels
+    from fastlaunch.ufuncs import plans as ufunc_plans
+
+    monkeypatch.setattr(ufunc_plans, "device", lambda: 0)
+    # numba-cuda's own __getitem__ asks for a context first (none here); the slice is the same
+    monkeypatch.setattr(DeviceNDArray, "__getitem__", DeviceNDArray._do_getitem)
+    monkeypatch.setattr(kernels, "as_fastlaunch", lambda kernel: kernel)
+    runs, numba_calls = [], []
+    monkeypatch.setattr(
+        reduce.Plan,
+        "run",
+        lambda plan, array, res, init, stream: runs.append((plan, array, res, init, stream)),
+    )
+    reduction = Reduce(lambda a, b: a + b)
+    reduction._compile = lambda dtype: f"kernel for {dtype}"
+
+    def numba_call(owner, *args, **kws):
+        numba_calls.append((args, kws))
+
+    def call(*args, **kws):
+        return reduce.call(reduction, args, kws, numba_call)
+
+    return call, reduction, runs, numba_calls
+
+
+def test_a_device_array_takes_a_plan_per_dtype_and_size(planned_reduction):
+    call, reduction, runs, numba_calls = planned_reduction
+    a = numba_array((1000,))
+    call(a)
+    call(a, init=3)
+    call(numba_array((1000,), np.float64))
+    call(a, size=700)  # sliced as numba-cuda slices it
+    assert numba_calls == []
+    assert [run[3] for run in runs[:2]] == [np.float32(0), np.float32(3)]
+    assert type(runs[1][3]) is np.float32  # numba-cuda's cast of init
+    assert runs[3][1].shape == (700,)
+    assert sorted(key[1:] for key in reduction._fastlaunch_plans) == [
+        (np.dtype(np.float32), 700),
+        (np.dtype(np.float32), 1000),
+        (np.dtype(np.float64), 1000),
+    ]
+    assert runs[0][0] is runs[1][0]  # one plan for one dtype and size
+
+
+def test_res_of_the_arrays_dtype_goes_to_the_plan(planned_reduction):
+    call, _, runs, numba_calls = planned_reduction
+    a, res = numba_array((256,)), numba_array((1,))
+    call(a, res=res, stream=0)
+    assert runs[0][2] is res and numba_calls == []
+
+
+@pytest.mark.parametrize(
+    "make_args",
+    [
+        lambda: ((np.arange(10.0),), {}),  # a host array: numba-cuda's implicit copies
+        lambda: ((numba_array((4, 4)),), {}),  # 2-d: numba-cuda's TypeError
+        lambda: ((numba_array((8,)),), {"res": numba_array((1,), np.float64)}),  # other dtype
+        lambda: ((numba_array((8,)),), {"res": np.zeros(1, np.float32)}),  # a host res
+        lambda: ((numba_array((8,)),), {"other": 1}),  # numba-cuda's TypeError
+        lambda: ((numba_array((8,)), 3), {}),
+    ],
+    ids=["host", "2-d", "res dtype", "host res", "keyword", "positional"],
+)
+def test_what_a_plan_does_not_take_is_numba_cudas_call(planned_reduction, make_args):
+    call, _, runs, numba_calls = planned_reduction
+    args, kws = make_args()
+    call(*args, **kws)
+    assert runs == [] and len(numba_calls) == 1
