@@ -89,6 +89,9 @@ class FakeKernel:
 
         def launch(*args):
             self.launches.append((griddim, blockdim, stream))
+            self.arguments = args
+            if any(hasattr(a, "gpu_data") for a in args):
+                return  # numba-cuda's own arrays: no bytes here to compute on
             host = [a.host if isinstance(a, FakeDeviceArray) else a for a in args]
             for tid in range(griddim * blockdim):
                 FAKE_CUDA.thread.tid = tid
@@ -365,3 +368,53 @@ def test_gufunc_calls_a_plan_does_not_cover_are_numba_cudas_own(dot):
     assert plans(dot) == [None, None]
     with pytest.raises(TypeError, match="accepts 2 positional arguments"):
         dot(device(a))
+
+
+# -- out= of numba-cuda's own arrays --------------------------------------------------------------
+
+
+class FakeGpuData:
+    """A numba-cuda device array's memory, as far as building an array reads it."""
+
+    class _Pointer:
+        value = 0x10000
+
+    device_ctypes_pointer = _Pointer()
+
+
+def numba_array(shape, dtype=np.float32, order="C"):
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    dtype = np.dtype(dtype)
+    strides = tuple(int(s) for s in np.empty(shape, dtype, order=order).strides)
+    return DeviceNDArray(shape, strides, dtype, gpu_data=FakeGpuData())
+
+
+def test_out_of_the_calls_shape_and_dtype_is_written_and_returned(ufunc):
+    a, out = numba_array((40,)), numba_array((40,))
+    assert ufunc(a, 1.0, out=out) is out  # numba-cuda returns a new array over out
+    (plan,) = plans(ufunc)
+    assert plan.kernel.arguments[-1] is out and plan.kernel.arguments[0] is a
+    assert plan.kernel.arguments[1] == np.float32(1.0)
+    assert ufunc(a, 2.0, out=out) is out and len(plans(ufunc)) == 1
+
+
+def numba_calls_of(ufunc, *args, **kws) -> int:
+    """How many times fastlaunch's call handed ``ufunc(*args, **kws)`` to numba-cuda's."""
+    handed = []
+    calls.call(ufunc, args, kws, lambda *given, **named: handed.append(1))
+    return len(handed)
+
+
+@pytest.mark.parametrize(
+    "shape, out",
+    [
+        ((40,), lambda: numba_array((40,), np.float64)),  # another dtype than the loop's
+        ((40,), lambda: numba_array((41,))),  # another shape
+        ((4, 10), lambda: numba_array((4, 10), order="F")),  # numba-cuda writes a copy
+    ],
+    ids=["dtype", "shape", "F-order 2-d"],
+)
+def test_an_out_a_plan_cannot_write_is_numba_cudas_call(ufunc, shape, out):
+    assert numba_calls_of(ufunc, numba_array(shape), 1.0, out=out()) == 1
+    assert plans(ufunc) == [None]
