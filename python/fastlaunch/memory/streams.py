@@ -19,10 +19,9 @@ _idle: dict[int, list[Any]] = {}
 
 def stream() -> Any:
     """numba-cuda's ``cuda.stream()``: a ``Stream`` of numba-cuda's over a pooled stream."""
-    key = context()[0]
-    idle = _idle.get(key)
+    idle = _idle.get(_core.current_context_key())  # None too while no context is current
     if idle is None:
-        idle = _idle.setdefault(key, [])
+        idle = _idle.setdefault(context()[0], [])
     try:
         owned = idle.pop()
     except IndexError:  # none idle (another thread may have taken the last)
