@@ -4,7 +4,10 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
 - ``device_ndarray``: a ``DeviceNDArray`` as ``DeviceNDArray.__init__`` makes one over
   existing memory, from a ``layout`` (its ``_dummy`` the very object
   ``dummyarray.Array.from_desc`` returns, which numba-cuda caches per layout), without
-  ``__init__``'s shape normalisation, done by the caller;
+  ``__init__``'s shape normalisation, done by the caller; one more attribute,
+  ``_fastlaunch_description``, carries what a launch reads of it (``_core.describe_birth``),
+  so that its first launch costs what a repeat costs (the class says None: numba-cuda's own
+  arrays have none);
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
   ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
   ``_finalizer`` a ``Release``: what ``MemoryPointer.free`` uses of a ``weakref.finalize``);
@@ -31,6 +34,7 @@ from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 
 _new = object.__new__
+_describe_birth = _core.describe_birth
 _proxy = weakref.proxy
 _ref = weakref.ref
 
@@ -53,6 +57,7 @@ def kinds() -> Any:
     global _classes
     if _classes is None:
         _classes = numba_cuda.memory_classes()
+        _core.describe_births_of(_classes.DeviceNDArray)
     return _classes
 
 
@@ -91,6 +96,7 @@ def device_ndarray(described: tuple, dtype: Any, stream: Any, gpu_data: Any) -> 
     array.alloc_size = alloc_size
     array.gpu_data = gpu_data
     array.stream = stream
+    _describe_birth(array)
     return array
 
 
