@@ -322,9 +322,10 @@ def describe_births_of(cls: type) -> None:
     """Lets instances of ``cls`` (numba-cuda's ``DeviceNDArray``) carry an
     ``ArrayDescription``; the class's own ``_fastlaunch_description`` is None."""
 
-def describe_birth(array: Any) -> None:
-    """Describes ``array``, just made, as a launch reads it (an instance of exactly the class
-    given to ``describe_births_of`` that a launch can read; else nothing)."""
+def describe_birth(array: Any, shape: Any, strides: Any, dtype: Any, gpu_data: Any) -> None:
+    """Describes ``array``, just made with these attributes, as a launch reads it (an instance
+    of exactly the class given to ``describe_births_of`` that a launch can read; else
+    nothing)."""
 
 def describe(fingerprint: bytes) -> list[tuple[Any, ...]]: ...
 def pack(param_types: tuple[Any, ...], args: tuple[Any, ...]) -> bytes:

@@ -96,7 +96,7 @@ def device_ndarray(described: tuple, dtype: Any, stream: Any, gpu_data: Any) -> 
     array.alloc_size = alloc_size
     array.gpu_data = gpu_data
     array.stream = stream
-    _describe_birth(array)
+    _describe_birth(array, shape, strides, dtype, gpu_data)
     return array
 
 

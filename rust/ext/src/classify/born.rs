@@ -23,7 +23,8 @@ use pyo3::types::PyType;
 use pyo3::{PyTraverseError, PyVisit};
 
 use super::known::KnownArray;
-use super::{numba, Position, Scratch};
+use super::numba::{self, DeviceArrayFields};
+use super::{Position, Scratch};
 
 /// The attribute a described array carries its description in (the class says `None`).
 const ATTRIBUTE: &str = "_fastlaunch_description";
@@ -73,15 +74,28 @@ pub(crate) fn describe_births_of(class: &Bound<'_, PyType>) -> PyResult<()> {
     Ok(())
 }
 
-/// Describes `array`, just made, as a launch would read it, when it is an instance of exactly
-/// the class described; an array the launch could not read (a dtype that numba-cuda passes,
-/// no readable pointer, ...) is left undescribed, to be read (and refused) at its launch.
+/// Describes `array`, just made with these attributes (the very objects it holds), as a
+/// launch would read it, when it is an instance of exactly the class described; an array the
+/// launch could not read (a dtype that numba-cuda passes, no readable pointer, ...) is left
+/// undescribed, to be read (and refused) at its launch.
 #[pyfunction]
-pub(crate) fn describe_birth(array: &Bound<'_, PyAny>) -> PyResult<()> {
+pub(crate) fn describe_birth(
+    array: &Bound<'_, PyAny>,
+    shape: &Bound<'_, PyAny>,
+    strides: &Bound<'_, PyAny>,
+    dtype: &Bound<'_, PyAny>,
+    gpu_data: &Bound<'_, PyAny>,
+) -> PyResult<()> {
     if !is_of_described_class(array) {
         return Ok(());
     }
-    let Some(description) = describe(array) else {
+    let fields = DeviceArrayFields {
+        dtype,
+        gpu_data,
+        shape,
+        strides,
+    };
+    let Some(description) = describe(array, fields) else {
         return Ok(());
     };
     array.setattr(intern!(array.py(), ATTRIBUTE), description)
@@ -95,14 +109,17 @@ fn is_of_described_class(array: &Bound<'_, PyAny>) -> bool {
     type_address == DESCRIBED_CLASS_ADDRESS.load(Ordering::Acquire)
 }
 
-/// `array` read as `numba.rs` reads a numba device array, with its `gpu_data`.
-fn describe(array: &Bound<'_, PyAny>) -> Option<ArrayDescription> {
-    let gpu_data = array.getattr(intern!(array.py(), "gpu_data")).ok()?;
+/// `array` read from its `fields` as `numba.rs` reads a numba device array.
+fn describe(
+    array: &Bound<'_, PyAny>,
+    fields: DeviceArrayFields<'_, '_>,
+) -> Option<ArrayDescription> {
+    let gpu_data = fields.gpu_data.clone().unbind();
     let at = Position { index: 0, name: "" };
     let known = BIRTHS.with(|births| {
         let mut scratch = births.try_borrow_mut().ok()?;
         scratch.reset();
-        numba::read_device_array_attributes(array, at, &mut scratch).ok()?;
+        numba::read_device_array_fields(fields, at, &mut scratch).ok()?;
         if scratch.needs_numba || scratch.values.len() != 1 {
             return None;
         }
@@ -110,7 +127,7 @@ fn describe(array: &Bound<'_, PyAny>) -> Option<ArrayDescription> {
     })?;
     Some(ArrayDescription {
         owner: array.as_ptr() as usize,
-        gpu_data: gpu_data.unbind(),
+        gpu_data,
         array: known,
     })
 }

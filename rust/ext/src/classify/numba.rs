@@ -54,20 +54,39 @@ pub(super) fn read_device_array_attributes(
     scratch: &mut Scratch,
 ) -> Result<()> {
     let py = arg.py();
-    let Some(element) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
+    read_device_array_fields(
+        DeviceArrayFields {
+            dtype: &arg.getattr(intern!(py, "dtype"))?,
+            gpu_data: &arg.getattr(intern!(py, "gpu_data"))?,
+            shape: &arg.getattr(intern!(py, "shape"))?,
+            strides: &arg.getattr(intern!(py, "strides"))?,
+        },
+        at,
+        scratch,
+    )
+}
+
+/// What a launch reads of a numba `DeviceNDArray`: its attributes of these names.
+pub(super) struct DeviceArrayFields<'a, 'py> {
+    pub dtype: &'a Bound<'py, PyAny>,
+    pub gpu_data: &'a Bound<'py, PyAny>,
+    pub shape: &'a Bound<'py, PyAny>,
+    pub strides: &'a Bound<'py, PyAny>,
+}
+
+/// A numba `DeviceNDArray` read from its fields.
+pub(super) fn read_device_array_fields(
+    fields: DeviceArrayFields<'_, '_>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let Some(element) = element_type(fields.dtype, at)? else {
         scratch.needs_numba = true;
         return Ok(());
     };
-    let data = owned_device_pointer(&arg.getattr(intern!(py, "gpu_data"))?)
+    let data = owned_device_pointer(fields.gpu_data)
         .map_err(|_| at.error("numba device array has no readable device pointer"))?;
-    push_from_tuples(
-        at,
-        scratch,
-        data,
-        element,
-        &arg.getattr(intern!(py, "shape"))?,
-        &arg.getattr(intern!(py, "strides"))?,
-    )
+    push_from_tuples(at, scratch, data, element, fields.shape, fields.strides)
 }
 
 /// The address behind a device array's `gpu_data`: an `OwnedPointer`'s own
