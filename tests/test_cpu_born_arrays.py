@@ -59,6 +59,28 @@ print(described(twin(base)), type(DeviceNDArray.__dict__["_fastlaunch_descriptio
     assert lines == ["True True", "False <class 'NoneType'>"]
 
 
+def test_arrays_of_one_layout_and_dtype_share_all_but_their_pointer(run_on_stand_in):
+    """What a launch reads of an array but its pointer is read once per layout and dtype and
+    shared: arrays of one shape and other dtypes, and more layouts than a thread keeps, are
+    each read as their twins, over their own memory."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+made = []
+for step in range(3):
+    for n in range(1, 100):
+        made.append(fl.device_array(n, dtype=np.float32))
+        made.append(fl.device_array(n, dtype=np.int32))
+        made.append(fl.device_array((n, 2), dtype=np.complex64, order="F"))
+        made.append(fl.to_device(np.zeros(n, dtype=np.int32)))
+pointers = {a.gpu_data.device_ctypes_pointer.value for a in made}
+print(all(map(described, made)), all(read_as(a, twin(a)) for a in made),
+      len(pointers) == len(made))
+"""
+    )
+    assert lines == ["True True True"]
+
+
 def test_a_launch_reads_the_description(run_on_stand_in):
     """An array's shape is fixed at birth (numba-cuda never assigns it): one assigned since
     shows which the launch read."""

@@ -322,10 +322,14 @@ def describe_births_of(cls: type) -> None:
     """Lets instances of ``cls`` (numba-cuda's ``DeviceNDArray``) carry an
     ``ArrayDescription``; the class's own ``_fastlaunch_description`` is None."""
 
-def describe_birth(array: Any, shape: Any, strides: Any, dtype: Any, gpu_data: Any) -> None:
-    """Describes ``array``, just made with these attributes, as a launch reads it (an instance
+def describe_birth(
+    array: Any, described: tuple[Any, ...], dtype: Any, gpu_data: Any, address: int | None
+) -> ArrayDescription | None:
+    """The description of ``array``, just made with the shape and strides of ``described``
+    (an ``objects.layout`` tuple), ``dtype`` and ``gpu_data`` (at ``address``, where the
+    caller knows it), as a launch reads it, for its ``_fastlaunch_description`` (an instance
     of exactly the class given to ``describe_births_of`` that a launch can read; else
-    nothing)."""
+    None)."""
 
 def describe(fingerprint: bytes) -> list[tuple[Any, ...]]: ...
 def pack(param_types: tuple[Any, ...], args: tuple[Any, ...]) -> bytes:

@@ -81,9 +81,12 @@ def layout(shape: tuple, strides: tuple, itemsize: int) -> tuple:
     return found
 
 
-def device_ndarray(described: tuple, dtype: Any, stream: Any, gpu_data: Any) -> Any:
+def device_ndarray(
+    described: tuple, dtype: Any, stream: Any, gpu_data: Any, address: int | None
+) -> Any:
     """``DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=gpu_data)`` for a
-    non-empty array of the ``layout`` ``described``, ``dtype`` a NumPy dtype."""
+    non-empty array of the ``layout`` ``described``, ``dtype`` a NumPy dtype; ``address``:
+    ``gpu_data``'s, where the caller knows it (else None)."""
     ndim, dummy, shape, strides, size, alloc_size = described
     array = _new((_classes or kinds()).DeviceNDArray)
     # the attributes DeviceNDArrayBase.__init__ sets, in its order
@@ -96,7 +99,7 @@ def device_ndarray(described: tuple, dtype: Any, stream: Any, gpu_data: Any) -> 
     array.alloc_size = alloc_size
     array.gpu_data = gpu_data
     array.stream = stream
-    _describe_birth(array, shape, strides, dtype, gpu_data)
+    array._fastlaunch_description = _describe_birth(array, described, dtype, gpu_data, address)
     return array
 
 
@@ -172,7 +175,7 @@ def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, sh
     owned = _owned_pointer(_proxy(owner), memory, None, address)
     dtype = array.dtype
     described = layout(shape, array.strides, dtype.itemsize)
-    return device_ndarray(described, dtype, array.stream, owned)
+    return device_ndarray(described, dtype, array.stream, owned, address)
 
 
 def _memory_pointer(

@@ -92,7 +92,7 @@ pub(super) fn read_device_array_fields(
 /// The address behind a device array's `gpu_data`: an `OwnedPointer`'s own
 /// `device_ctypes_pointer` attribute (found without its `__getattr__`), else what
 /// `numba_device_pointer` reads.
-fn owned_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
+pub(super) fn owned_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
     let py = gpu_data.py();
     match gpu_data.getattr_opt(intern!(py, "device_ctypes_pointer"))? {
         Some(pointer) => {
