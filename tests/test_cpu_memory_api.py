@@ -28,6 +28,13 @@ context = StandInContext()
 allocation._contexts[_core.context_key()] = context
 allocation._proxies[_core.context_key()] = weakref.proxy(context)
 fake = ctypes.CDLL(os.environ["FASTLAUNCH_CUDA_DRIVER"])
+
+def numba_state(array):
+    # vars(array) less the launch description fastlaunch's arrays carry, last
+    state = dict(vars(array))
+    if list(state)[-1:] == ["_fastlaunch_description"]:
+        assert type(state.pop("_fastlaunch_description")) is _core.ArrayDescription
+    return state
 """
 
 
@@ -243,11 +250,12 @@ from fastlaunch.memory import views
 original = {name: getattr(DeviceNDArray, name) for name in ("reshape", "ravel")}
 
 def described(array):
-    state = dict(vars(array))
+    state = numba_state(array)
+    names = list(state)
     memory = state.pop("gpu_data")
     view = memory._view
     return (
-        list(vars(array)), state, type(memory), type(view), int(view.device_pointer),
+        names, state, type(memory), type(view), int(view.device_pointer),
         view.size, memory.device_ctypes_pointer.value, memory._mem.owner is view.owner,
         type(view.owner), view.is_managed, view.refct, view.context is not None,
     )
@@ -511,7 +519,7 @@ def theirs_over(ours, shape, strides, dtype, stream):
     return DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=mine.own())
 
 def same(ours, theirs):
-    a, b = dict(vars(ours)), dict(vars(theirs))
+    a, b = numba_state(ours), numba_state(theirs)
     return (
         type(ours) is type(theirs) and list(a) == list(b)
         and pointers(a.pop("gpu_data")) == pointers(b.pop("gpu_data")) and a == b

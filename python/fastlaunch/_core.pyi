@@ -29,6 +29,9 @@ __all__ = [
     "Kernel",
     "Launcher",
     "classify",
+    "ArrayDescription",
+    "describe_births_of",
+    "describe_birth",
     "_mark_forked_child",
     "_keep_submitted",
     "_submitted",
@@ -309,6 +312,25 @@ def _cupy_layout() -> str: ...
 def _cupy_current_stream() -> tuple[int, str]: ...
 def _remembered_checks() -> list[str]: ...
 def classify(obj: Any) -> tuple[Any, ...]: ...
+
+@final
+class ArrayDescription:
+    """What a launch reads of one array fastlaunch's memory API made, carried by that array
+    as ``_fastlaunch_description`` (``describe_birth``)."""
+
+def describe_births_of(cls: type) -> None:
+    """Lets instances of ``cls`` (numba-cuda's ``DeviceNDArray``) carry an
+    ``ArrayDescription``; the class's own ``_fastlaunch_description`` is None."""
+
+def describe_birth(
+    array: Any, described: tuple[Any, ...], dtype: Any, gpu_data: Any, address: int | None
+) -> ArrayDescription | None:
+    """The description of ``array``, just made with the shape and strides of ``described``
+    (an ``objects.layout`` tuple), ``dtype`` and ``gpu_data`` (at ``address``, where the
+    caller knows it), as a launch reads it, for its ``_fastlaunch_description`` (an instance
+    of exactly the class given to ``describe_births_of`` that a launch can read; else
+    None)."""
+
 def describe(fingerprint: bytes) -> list[tuple[Any, ...]]: ...
 def pack(param_types: tuple[Any, ...], args: tuple[Any, ...]) -> bytes:
     """``args`` packed for an overload of numba parameter types ``param_types``."""

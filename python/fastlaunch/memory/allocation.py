@@ -77,16 +77,17 @@ def _configured_threshold() -> int:
     return value
 
 
-def allocate(nbytes: int, stream_handle: int) -> Any:
+def allocate(nbytes: int, stream_handle: int) -> tuple[Any, int | None]:
     """``nbytes`` of device memory for an array used on ``stream_handle``: a numba-cuda
-    pointer (an ``OwnedPointer``, as ``Context.memalloc`` returns)."""
+    pointer (an ``OwnedPointer``, as ``Context.memalloc`` returns), and its address (None
+    where an EMM plugin allocated: its pointer knows it)."""
     key = _core.current_context_key()
     ctx = _contexts.get(key)
     if ctx is None:
         key, ctx = context()
     manager = ctx.memory_manager
     if type(manager) is not _numba_memory_manager():
-        return ctx.memalloc(nbytes)  # the user's EMM plugin allocates
+        return ctx.memalloc(nbytes), None  # the user's EMM plugin allocates
     if nbytes < 0:
         raise OverflowError(f"cannot allocate a negative number of bytes ({nbytes})")
     try:
@@ -103,7 +104,7 @@ def allocate(nbytes: int, stream_handle: int) -> Any:
     memory, owned = objects.pool_memory(_proxies[key], address, nbytes, release)
     # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
     _dict_set(allocations, address, memory)
-    return owned
+    return owned, address
 
 
 @functools.cache

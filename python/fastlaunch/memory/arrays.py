@@ -23,11 +23,11 @@ def device_array(
 ) -> Any:
     """numba-cuda's ``cuda.device_array``: an uninitialised ``DeviceNDArray``."""
     if strides is None and type(order) is str:
-        described = _contiguous_layout(shape, order, dtype)
-        if described is not None:
-            dtype = described[0]
-            gpu_data = allocate(described[6], stream_handle(stream))
-            return objects.device_ndarray(described[1:], dtype, stream, gpu_data)
+        found = _contiguous_layout(shape, order, dtype)
+        if found is not None:
+            dtype, described = found
+            gpu_data, address = allocate(described[5], stream_handle(stream))
+            return objects.device_ndarray(described, dtype, stream, gpu_data, address)
     shape, strides, dtype = numba_cuda.prepare_shape_strides_dtype(shape, strides, dtype, order)
     return new_device_array(shape, strides, dtype, stream, "shape")
 
@@ -39,7 +39,7 @@ _dtypes: dict[Any, Any] = {}
 
 
 def _contiguous_layout(shape: Any, order: str, dtype: Any) -> tuple | None:
-    """``(dtype, *objects.layout(...))`` of the contiguous array ``device_array`` makes for
+    """``(dtype, objects.layout(...))`` of the contiguous array ``device_array`` makes for
     these arguments (with no strides given), where its shape is an ``int`` or a tuple of
     ``int``, every extent positive, and ``order`` is "C" or "F"; else None (numba-cuda's
     normalisation and checks take it)."""
@@ -69,7 +69,7 @@ def _contiguous_layout(shape: Any, order: str, dtype: Any) -> tuple | None:
         extents = (shape,) if type(shape) is int else shape
         strides = _contiguous_strides(extents, itemsize, order)
         described = _contiguous[key] = objects.layout(extents, strides, itemsize)
-    return (np_dtype, *described)
+    return np_dtype, described  # the very tuple: describe_birth knows its arrays by it
 
 
 def _numpy_dtype(dtype: Any) -> Any:
@@ -107,14 +107,14 @@ def new_device_array(shape: Any, strides: Any, dtype: Any, stream: Any, argument
     caller's argument in errors)."""
     if _plain_layout(shape, strides):
         described = objects.layout(shape, strides, dtype.itemsize)
-        gpu_data = allocate(described[5], stream_handle(stream))
-        return objects.device_ndarray(described, dtype, stream, gpu_data)
+        gpu_data, address = allocate(described[5], stream_handle(stream))
+        return objects.device_ndarray(described, dtype, stream, gpu_data, address)
     # empty, negative or unusual shapes: numba-cuda's constructor, over memory from the pool
     _require_integer_extents(shape)
     nbytes = _extent(shape, strides, dtype.itemsize)
     if nbytes < 0:  # numba-cuda's cuMemAlloc call refuses it with this class
         raise OverflowError(f"{argument} {shape!r} gives a negative size ({nbytes} bytes)")
-    gpu_data = allocate(nbytes, stream_handle(stream)) if nbytes else None
+    gpu_data = allocate(nbytes, stream_handle(stream))[0] if nbytes else None
     device_array_class = numba_cuda.devicearray().DeviceNDArray
     return device_array_class(shape, strides, dtype, stream=stream, gpu_data=gpu_data)
 

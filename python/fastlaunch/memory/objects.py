@@ -4,7 +4,10 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
 - ``device_ndarray``: a ``DeviceNDArray`` as ``DeviceNDArray.__init__`` makes one over
   existing memory, from a ``layout`` (its ``_dummy`` the very object
   ``dummyarray.Array.from_desc`` returns, which numba-cuda caches per layout), without
-  ``__init__``'s shape normalisation, done by the caller;
+  ``__init__``'s shape normalisation, done by the caller; one more attribute,
+  ``_fastlaunch_description``, carries what a launch reads of it (``_core.describe_birth``),
+  so that its first launch costs what a repeat costs (the class says None: numba-cuda's own
+  arrays have none);
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
   ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
   ``_finalizer`` a ``Release``: what ``MemoryPointer.free`` uses of a ``weakref.finalize``);
@@ -31,6 +34,7 @@ from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 
 _new = object.__new__
+_describe_birth = _core.describe_birth
 _proxy = weakref.proxy
 _ref = weakref.ref
 
@@ -53,6 +57,7 @@ def kinds() -> Any:
     global _classes
     if _classes is None:
         _classes = numba_cuda.memory_classes()
+        _core.describe_births_of(_classes.DeviceNDArray)
     return _classes
 
 
@@ -76,9 +81,12 @@ def layout(shape: tuple, strides: tuple, itemsize: int) -> tuple:
     return found
 
 
-def device_ndarray(described: tuple, dtype: Any, stream: Any, gpu_data: Any) -> Any:
+def device_ndarray(
+    described: tuple, dtype: Any, stream: Any, gpu_data: Any, address: int | None
+) -> Any:
     """``DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=gpu_data)`` for a
-    non-empty array of the ``layout`` ``described``, ``dtype`` a NumPy dtype."""
+    non-empty array of the ``layout`` ``described``, ``dtype`` a NumPy dtype; ``address``:
+    ``gpu_data``'s, where the caller knows it (else None)."""
     ndim, dummy, shape, strides, size, alloc_size = described
     array = _new((_classes or kinds()).DeviceNDArray)
     # the attributes DeviceNDArrayBase.__init__ sets, in its order
@@ -91,6 +99,7 @@ def device_ndarray(described: tuple, dtype: Any, stream: Any, gpu_data: Any) -> 
     array.alloc_size = alloc_size
     array.gpu_data = gpu_data
     array.stream = stream
+    array._fastlaunch_description = _describe_birth(array, described, dtype, gpu_data, address)
     return array
 
 
@@ -166,7 +175,7 @@ def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, sh
     owned = _owned_pointer(_proxy(owner), memory, None, address)
     dtype = array.dtype
     described = layout(shape, array.strides, dtype.itemsize)
-    return device_ndarray(described, dtype, array.stream, owned)
+    return device_ndarray(described, dtype, array.stream, owned, address)
 
 
 def _memory_pointer(

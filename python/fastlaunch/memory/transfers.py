@@ -82,10 +82,12 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
         return device_array_class(shape, obj.strides, obj.dtype, stream=stream)
     dtype = obj.dtype
     described = objects.layout(shape, obj.strides, dtype.itemsize)
-    gpu_data = allocate(described[5], handle)
-    array = objects.device_ndarray(described, dtype, stream, gpu_data)
+    gpu_data, address = allocate(described[5], handle)
+    array = objects.device_ndarray(described, dtype, stream, gpu_data, address)
     if copy:
-        _core.copy_to_device(gpu_data.device_ctypes_pointer.value, source, handle)
+        if address is None:
+            address = gpu_data.device_ctypes_pointer.value
+        _core.copy_to_device(address, source, handle)
     return array
 
 

@@ -106,7 +106,7 @@ def _view_of(array: Any, shape: tuple, strides: tuple, stream: Any) -> Any:
     ``DeviceNDArray(shape, strides, dtype, stream, gpu_data=array.gpu_data)``)."""
     dtype = array.dtype
     described = objects.layout(shape, strides, dtype.itemsize)
-    return objects.device_ndarray(described, dtype, stream, array.gpu_data)
+    return objects.device_ndarray(described, dtype, stream, array.gpu_data, None)
 
 
 def _plain(array: Any) -> bool:

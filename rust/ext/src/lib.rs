@@ -47,6 +47,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m
     )?)?;
     m.add_function(wrap_pyfunction!(inspect::classify, m)?)?;
+    m.add_class::<classify::born::ArrayDescription>()?;
+    m.add_function(wrap_pyfunction!(classify::born::describe_births_of, m)?)?;
+    m.add_function(wrap_pyfunction!(classify::born::describe_birth, m)?)?;
     m.add_function(wrap_pyfunction!(launch::submitted::_keep_submitted, m)?)?;
     m.add_function(wrap_pyfunction!(launch::submitted::_submitted, m)?)?;
     m.add_function(wrap_pyfunction!(launch::repeat::_remembered_launches, m)?)?;

@@ -188,13 +188,26 @@ impl KnownArray {
         self.array.data
     }
 
+    /// Whether the array has no elements.
+    pub(super) fn is_empty(&self) -> bool {
+        self.array.nitems == 0
+    }
+
     /// Pushes the array again.
     #[inline]
     pub(super) fn push(&self, scratch: &mut Scratch) {
+        self.push_over(self.array.data, scratch);
+    }
+
+    /// Pushes an array of the same layout over `data` (an array's layout read once, for
+    /// arrays at many addresses).
+    #[inline]
+    pub(super) fn push_over(&self, data: u64, scratch: &mut Scratch) {
         scratch.fingerprint.extend_from_slice(&self.fingerprint);
         let dims_at = scratch.dims.len();
         scratch.dims.extend_from_slice(&self.dims);
         scratch.values.push(ArgValue::Array(ArrayArg {
+            data,
             dims_at,
             ..self.array
         }));

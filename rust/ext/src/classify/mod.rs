@@ -8,6 +8,7 @@
 //!
 //! - `scalars`: Python and NumPy scalars, `datetime64` / `timedelta64`;
 //! - `numba`: numba-cuda `DeviceNDArray` (with a cache of recently launched arrays);
+//! - `born`: the launch descriptions that arrays made by fastlaunch's memory API carry;
 //! - `cupy`: `cupy.ndarray`;
 //! - `dlpack`: DLPack C exchange API producers (torch) and generic `__dlpack__`;
 //! - `cai`: generic `__cuda_array_interface__` objects;
@@ -24,6 +25,7 @@
 
 mod aggregates;
 mod arrays;
+pub(crate) mod born;
 mod cai;
 mod classes;
 mod cuda_core;

@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyString};
 
 use super::arrays::{element_type, int_as_u64, pointer_as_u64, push_from_tuples};
 use super::known::{push_known_or_read, KnownArray, KnownObjects};
-use super::{has_attribute, Position, Scratch};
+use super::{born, has_attribute, Position, Scratch};
 use crate::errors::Result;
 
 /// Whether `arg` (of type `class`) is a numba-cuda device array.
@@ -30,9 +30,12 @@ thread_local! {
         const { RefCell::new(KnownObjects::new()) };
 }
 
-/// A numba `DeviceNDArray`: from the cache of recently launched arrays, or read and then
-/// remembered.
+/// A numba `DeviceNDArray`: from the description it was born with (`born.rs`), else from the
+/// cache of recently launched arrays, or read and then remembered.
 pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+    if born::push_described(arg, scratch) {
+        return Ok(());
+    }
     push_known_or_read(
         &KNOWN_NUMBA_ARRAYS,
         arg,
@@ -45,32 +48,51 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
 /// A numba `DeviceNDArray`'s fields, by attribute: its instance attributes are kept in the
 /// object's inline values until its `__dict__` is asked for, which would build a dict first
 /// (most of the cost of reading a new array).
-fn read_device_array_attributes(
+pub(super) fn read_device_array_attributes(
     arg: &Bound<'_, PyAny>,
     at: Position<'_>,
     scratch: &mut Scratch,
 ) -> Result<()> {
     let py = arg.py();
-    let Some(element) = element_type(&arg.getattr(intern!(py, "dtype"))?, at)? else {
+    read_device_array_fields(
+        DeviceArrayFields {
+            dtype: &arg.getattr(intern!(py, "dtype"))?,
+            gpu_data: &arg.getattr(intern!(py, "gpu_data"))?,
+            shape: &arg.getattr(intern!(py, "shape"))?,
+            strides: &arg.getattr(intern!(py, "strides"))?,
+        },
+        at,
+        scratch,
+    )
+}
+
+/// What a launch reads of a numba `DeviceNDArray`: its attributes of these names.
+pub(super) struct DeviceArrayFields<'a, 'py> {
+    pub dtype: &'a Bound<'py, PyAny>,
+    pub gpu_data: &'a Bound<'py, PyAny>,
+    pub shape: &'a Bound<'py, PyAny>,
+    pub strides: &'a Bound<'py, PyAny>,
+}
+
+/// A numba `DeviceNDArray` read from its fields.
+pub(super) fn read_device_array_fields(
+    fields: DeviceArrayFields<'_, '_>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let Some(element) = element_type(fields.dtype, at)? else {
         scratch.needs_numba = true;
         return Ok(());
     };
-    let data = owned_device_pointer(&arg.getattr(intern!(py, "gpu_data"))?)
+    let data = owned_device_pointer(fields.gpu_data)
         .map_err(|_| at.error("numba device array has no readable device pointer"))?;
-    push_from_tuples(
-        at,
-        scratch,
-        data,
-        element,
-        &arg.getattr(intern!(py, "shape"))?,
-        &arg.getattr(intern!(py, "strides"))?,
-    )
+    push_from_tuples(at, scratch, data, element, fields.shape, fields.strides)
 }
 
 /// The address behind a device array's `gpu_data`: an `OwnedPointer`'s own
 /// `device_ctypes_pointer` attribute (found without its `__getattr__`), else what
 /// `numba_device_pointer` reads.
-fn owned_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
+pub(super) fn owned_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
     let py = gpu_data.py();
     match gpu_data.getattr_opt(intern!(py, "device_ctypes_pointer"))? {
         Some(pointer) => {
