@@ -160,6 +160,8 @@ pub(crate) fn read_arg(
     };
     match strategy {
         Strategy::NumpyScalar(scalar) => scalars::read_numpy(arg, scalar, scratch),
+        // from the description it was born with (`born.rs`), else read (`numba.rs`)
+        Strategy::NumbaDeviceArray if born::push_described(arg, scratch) => Ok(()),
         Strategy::NumbaDeviceArray => numba::read(arg, at, scratch),
         Strategy::NumbaHostBackedArray => numba::read_host_backed(arg, at, scratch),
         Strategy::CoreBuffer => cuda_core::read_buffer(arg, at, scratch),

@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyString};
 
 use super::arrays::{element_type, int_as_u64, pointer_as_u64, push_from_tuples};
 use super::known::{push_known_or_read, KnownArray, KnownObjects};
-use super::{born, has_attribute, Position, Scratch};
+use super::{has_attribute, Position, Scratch};
 use crate::errors::Result;
 
 /// Whether `arg` (of type `class`) is a numba-cuda device array.
@@ -30,12 +30,9 @@ thread_local! {
         const { RefCell::new(KnownObjects::new()) };
 }
 
-/// A numba `DeviceNDArray`: from the description it was born with (`born.rs`), else from the
-/// cache of recently launched arrays, or read and then remembered.
+/// A numba `DeviceNDArray` (without a description from its birth, `born.rs`): from the cache
+/// of recently launched arrays, or read and then remembered.
 pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
-    if born::push_described(arg, scratch) {
-        return Ok(());
-    }
     push_known_or_read(
         &KNOWN_NUMBA_ARRAYS,
         arg,
