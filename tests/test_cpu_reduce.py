@@ -148,7 +148,24 @@ def planned_reduction(monkeypatch):
         lambda plan, array, res, init, stream: runs.append((plan, array, res, init, stream)),
     )
     reduction = Reduce(lambda a, b: a + b)
-    reduction._compile = lambda dtype: f"kernel for {dtype}"
+    warned: list[str] = []
+
+    class Kernel:  # what the plan reads of its kernel here
+        def __init__(self, dtype):
+            self.dtype = dtype
+
+        def _warn_implicit_copy(self):
+            warned.append(str(self.dtype))
+
+    reduction._compile = Kernel
+    copied: list[np.ndarray] = []
+
+    def to_device(host, stream=0):
+        copied.append(host)
+        return numba_array(host.shape, host.dtype)
+
+    monkeypatch.setattr(numba.cuda, "to_device", to_device)
+    reduction.warned, reduction.copied = warned, copied
 
     def numba_call(owner, *args, **kws):
         numba_calls.append((args, kws))
@@ -188,17 +205,33 @@ def test_res_of_the_arrays_dtype_goes_to_the_plan(planned_reduction):
 @pytest.mark.parametrize(
     "make_args",
     [
-        lambda: ((np.arange(10.0),), {}),  # a host array: numba-cuda's implicit copies
+        lambda: ((np.arange(20.0)[::2],), {}),  # a non-contiguous host array: refused
+        lambda: ((np.arange(10.0),), {"stream": 1}),  # a host array with a stream
         lambda: ((numba_array((4, 4)),), {}),  # 2-d: numba-cuda's TypeError
         lambda: ((numba_array((8,)),), {"res": numba_array((1,), np.float64)}),  # other dtype
         lambda: ((numba_array((8,)),), {"res": np.zeros(1, np.float32)}),  # a host res
         lambda: ((numba_array((8,)),), {"other": 1}),  # numba-cuda's TypeError
         lambda: ((numba_array((8,)), 3), {}),
     ],
-    ids=["host", "2-d", "res dtype", "host res", "keyword", "positional"],
+    ids=["host strided", "host stream", "2-d", "res dtype", "host res", "keyword", "positional"],
 )
 def test_what_a_plan_does_not_take_is_numba_cudas_call(planned_reduction, make_args):
     call, _, runs, numba_calls = planned_reduction
     args, kws = make_args()
     call(*args, **kws)
     assert runs == [] and len(numba_calls) == 1
+
+
+@pytest.mark.parametrize("size, launches", [(100, 1), (256, 1), (1000, 2)])
+def test_a_host_array_is_copied_once_with_numba_cudas_warning_per_launch(
+    planned_reduction, size, launches
+):
+    call, reduction, runs, numba_calls = planned_reduction
+    host = np.arange(size, dtype=np.float32)
+    call(host)
+    assert numba_calls == [] and len(runs) == 1
+    (copied,) = reduction.copied
+    assert copied is host  # one copy, of the whole array
+    assert runs[0][1].shape == (size,) and runs[0][1] is not host
+    # numba-cuda passes the host array to each kernel that reads it: a warning each
+    assert reduction.warned == ["float32"] * launches

@@ -281,9 +281,31 @@ def test_a_reduction_with_keywords_gives_what_numba_cuda_gives(kwargs):
     assert_same(expected, got)
 
 
+@pytest.mark.parametrize("size", [100, 1000, 4096])
+def test_a_reduction_of_a_host_array_gives_numba_cudas_value_and_warnings(size):
+    import warnings
+
+    host = (np.arange(size) % 13).astype(np.float64) / 7
+
+    def call(r):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = r(host)
+        names = [type(w.message).__name__ for w in caught if "Host array" in str(w.message)]
+        return value, names
+
+    expected = call(make_sum())
+    with fastlaunch.install():
+        reduction = make_sum()
+        got = call(reduction)
+        assert len(reduction._fastlaunch_plans) == 1
+    assert type(got[0]) is type(expected[0]) and got[0] == expected[0]
+    assert got[1] == expected[1]  # one NumbaPerformanceWarning per launch over the host array
+
+
 def test_reductions_numba_cuda_takes_itself():
     for call in (
-        lambda r: r(np.arange(1000.0)),  # a host array: numba-cuda's implicit copies
+        lambda r: r(np.arange(2000.0)[::2]),  # a non-contiguous host array: refused
         lambda r: r(cuda.to_device(np.ones((4, 4)))),  # 2-d: numba-cuda's TypeError
         lambda r: r(cuda.to_device(np.zeros(0))),  # empty: init
     ):

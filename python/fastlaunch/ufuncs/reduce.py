@@ -8,11 +8,14 @@ launch covers a whole array (an array whose size is a multiple of the block size
 than one block) the array is passed as it is, with no slice; only a size with both full and
 partial blocks slices, as numba-cuda does. With ``res`` the last kernel writes the result
 into ``res[0]`` itself, where numba-cuda copies it there from its partials; without ``res``
-the result is read back as numba-cuda reads it (``partials[0]``).
+the result is read back as numba-cuda reads it (``partials[0]``). A contiguous host array is
+copied to the device once, where numba-cuda copies each slice it launches with (in and back),
+with numba-cuda's warning for each of those launches.
 
-What a plan does not cover goes to numba-cuda's own call: host arrays (numba-cuda's implicit
-copies and warnings), a ``res`` that is not a one-dimensional numba-cuda device
-array of the input's dtype, arrays of other than one dimension, empty arrays."""
+What a plan does not cover goes to numba-cuda's own call: non-contiguous host arrays (which
+numba-cuda refuses) and host arrays with a stream, a ``res`` that is not a one-dimensional
+numba-cuda device array of the input's dtype, arrays of other than one dimension, empty
+arrays."""
 
 from __future__ import annotations
 
@@ -74,7 +77,13 @@ def call(reduction: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
         return numba_call(reduction, *args, **kws)
     (array,) = args
     res = kws.get("res")
-    if arguments.kind_of(type(array)) != arguments.NUMBA_ARRAY or array.ndim != 1:
+    stream = kws.get("stream", 0)
+    kind = arguments.kind_of(type(array))
+    if kind == arguments.NUMBA_ARRAY:
+        takes = array.ndim == 1
+    else:
+        takes = _plain_host(array, kind, stream)
+    if not takes:
         return numba_call(reduction, *args, **kws)
     dtype = array.dtype
     if res is not None and (
@@ -92,7 +101,29 @@ def call(reduction: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
     key = (plans.device(), dtype, size)
     plan = plans.find(reduction, key, _plan, reduction, dtype, size)
     init = dtype.type(kws.get("init", 0))  # numba-cuda's cast
-    return plan.run(array, res, init, kws.get("stream", 0))
+    if kind == arguments.HOST_ARRAY:
+        array = _to_device_as_numba_would(plan, array)
+    return plan.run(array, res, init, stream)
+
+
+def _plain_host(array: Any, kind: int, stream: Any) -> bool:
+    """A host array whose reduction a plan makes: one-dimensional and contiguous (numba-cuda
+    refuses others), on the default stream."""
+    return (
+        kind == arguments.HOST_ARRAY
+        and array.ndim == 1
+        and array.flags.c_contiguous
+        and (stream == 0 or stream is None)
+    )
+
+
+def _to_device_as_numba_would(plan: Plan, array: Any) -> Any:
+    """A host array's one copy to the device. numba-cuda passes the host array's slices to
+    its kernels, which copy each in (and back: the kernels only read them); its warning for
+    each such launch is given here as it gives it."""
+    for _ in range((plan.full_blocks > 0) + (plan.partial > 0)):
+        plan.kernel._warn_implicit_copy()
+    return sys.modules["numba.cuda"].to_device(array)
 
 
 def _plan(reduction: Any, dtype: Any, size: int) -> Plan:
