@@ -553,8 +553,8 @@ def test_property_classify_raises_only_kernel_argument_error(obj):
         assert obj.__cuda_array_interface__["typestr"][1:2] in ("V", "M", "m")
         return
     kind, dtype, ndim, layout, readonly = descriptor
-    # numeric dtypes, and datetime64/timedelta64 of a plain unit (which fastlaunch packs)
-    datetime = isinstance(dtype, str) and dtype.startswith(("datetime64[", "timedelta64["))
+    # numeric dtypes, and datetime64/timedelta64 (generic or a plain unit: fastlaunch packs them)
+    datetime = isinstance(dtype, str) and dtype.startswith(("datetime64", "timedelta64"))
     assert kind == "array" and (dtype in DTYPES or datetime) and layout in "CFA"
     assert isinstance(readonly, bool)
     raw = _core.pack((numba_type(descriptor),), (obj,))
