@@ -548,7 +548,8 @@ def test_property_classify_raises_only_kernel_argument_error(obj):
         assert str(e).startswith("argument 0: ")
         return
     except TypeError as e:
-        # Structured and datetime typestrs ('V', 'M', 'm') are numba-cuda's to pass.
+        # Structured typestrs, and datetimes fastlaunch does not pack (multiples of a unit,
+        # big-endian), are numba-cuda's to pass ('V', 'M', 'm').
         assert str(e).startswith("these arguments are passed by numba-cuda's own launch path")
         assert obj.__cuda_array_interface__["typestr"][1:2] in ("V", "M", "m")
         return
