@@ -126,7 +126,7 @@ def _plan(gufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
     copies = tuple(kind == arguments.HOST_ARRAY for kind in kinds)
     cuda = sys.modules["numba.cuda"]
     example = [
-        cuda.device_array(value.shape, value.dtype, order=_order(value)) if copy else value
+        kernels.copy_twin(value) if copy else value
         for copy, value in zip(copies, args, strict=True)
     ]
     example += [out] if out is not None else [cuda.device_array(s, d) for s, d in outputs]
@@ -140,7 +140,3 @@ def _dtype(value: Any, kind: int) -> Any:
     if kind == arguments.CAI_ARRAY:
         return np.dtype(value.__cuda_array_interface__["typestr"])
     return value.dtype
-
-
-def _order(array: np.ndarray) -> str:
-    return "C" if array.flags.c_contiguous else "F"

@@ -3,6 +3,7 @@ size numba-cuda's ``forall`` would give them, asked once per plan."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from fastlaunch import _core
@@ -27,3 +28,12 @@ def block_size(kernel: Any, example: tuple) -> int:
     asked once, where ``forall`` asks the driver on every call."""
     argtypes = tuple(numba_type(d) for d in _core.describe(_core.fingerprint(example)))
     return numba_cuda.forall_block_size(kernel.dispatcher, argtypes, 0)
+
+
+def copy_twin(host: Any) -> Any:
+    """A device array of the shape, dtype and order that copying the contiguous host array
+    ``host`` to the device makes: what a plan's kernel is typed for where a call passes
+    ``host``."""
+    cuda = sys.modules["numba.cuda"]
+    order = "C" if host.flags.c_contiguous else "F"
+    return cuda.device_array(host.shape, host.dtype, order=order)

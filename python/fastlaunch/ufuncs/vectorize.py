@@ -33,7 +33,7 @@ from fastlaunch.ufuncs import arguments, kernels, plans, stagers
 NUMBA = None
 
 # what a plan does with each argument
-_PASS = 0  # a device array or a scalar already of the loop's type: passed as it is
+_PASS = 0  # a device array: passed as it is
 _CAST = 1  # a scalar: cast to the loop's dtype, as numba-cuda's np.array([x], dtype) casts
 _COPY = 2  # a host array: copied to the device
 
@@ -182,15 +182,11 @@ def _example_arguments(
         if action == _CAST:
             example.append(cast(value))
         elif action == _COPY:
-            example.append(cuda.device_array(value.shape, value.dtype, order=_order(value)))
+            example.append(kernels.copy_twin(value))
         else:
             example.append(value)
     example.append(out if out is not None else cuda.device_array(shape, dtype))
     return tuple(example)
-
-
-def _order(array: np.ndarray) -> str:
-    return "C" if array.flags.c_contiguous else "F"
 
 
 def _stager(ufunc: Any, core: Any, pattern: stagers.Pattern) -> Any:
