@@ -24,6 +24,7 @@ from numba.cuda.cudadrv.devicearray import DeviceNDArray
 from numba.cuda.dispatcher import _Kernel
 from numba.cuda.random import xoroshiro128p_dtype
 from numba.cuda.typing.typeof import Purpose, typeof
+from test_cpu_repeat import PRELUDE as REPEAT_PRELUDE
 
 from fastlaunch import KernelArgumentError, _core
 from fastlaunch import _numba_compat as numba_cuda
@@ -285,39 +286,13 @@ def test_numba_cuda_types_a_structured_cuda_array_interface_by_its_typestr_alone
 
 # -- launches on the stand-in driver -----------------------------------------------------
 
-PRELUDE = """
-import struct
-import numpy as np
-from cuda.bindings import driver as bindings
+PRELUDE = (
+    REPEAT_PRELUDE
+    + """
 from numba import cuda
-from numba.cuda.cudadrv import driver as numba_driver
-from numba.cuda.cudadrv.devicearray import DeviceNDArray
 from numba.cuda.random import xoroshiro128p_dtype
-import fastlaunch as fl
-from fastlaunch import _core
-from fastlaunch.dispatcher import numba_type
 
-COMPILED = _core.CompiledKernel(b"fake image", "fake_entry")
-_core._keep_submitted(True)
 RECORD = np.dtype([("x", np.int32), ("y", np.float64)], align=True)
-
-def device_array(shape, pointer, dtype):
-    dtype = np.dtype(dtype)
-    strides = np.empty(shape, dtype).strides
-    memory = numba_driver.MemoryPointer(None, bindings.CUdeviceptr(pointer), 1 << 20)
-    return DeviceNDArray(shape, strides, dtype, gpu_data=numba_driver.OwnedPointer(memory))
-
-def kernel_for(count):
-    names = ", ".join(f"a{i}" for i in range(count))
-    namespace = {}
-    exec(f"def k({names}):\\n    pass\\n", namespace)
-    return fl.jit(namespace["k"])
-
-def register(kernel, args):
-    fingerprint = _core.fingerprint(args)
-    types = tuple(numba_type(d) for d in _core.describe(fingerprint))
-    kernel._register(fingerprint, 90, types, COMPILED)
-    return types
 
 def slots(raw):
     return list(struct.unpack(f"<{len(raw) // 8}q", raw))
@@ -328,6 +303,7 @@ stamps = device_array((5,), 0x3000_0000, "M8[ns]")
 spans = device_array((5,), 0x4000_0000, "m8[s]")
 DEVICE_ARGS = (states, records, stamps, spans, 2.5)
 """
+)
 
 
 def test_device_record_and_datetime_arrays_are_launched_and_remembered_by_fastlaunch(
