@@ -886,6 +886,21 @@ def markdown(table: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def interleaved_arguments(
+    doc: str, libraries: tuple[str, ...], ops: tuple[str, ...], seconds: float
+) -> argparse.ArgumentParser:
+    """The arguments of an interleaved benchmark: where results go, how many rounds (bounded
+    by ``seconds``), the shuffle's seed, and which libraries and ops are timed."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--seconds", type=float, default=seconds)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--libraries", default=",".join(libraries))
+    parser.add_argument("--ops", default=",".join(ops))
+    return parser
+
+
 def measured(rounds: int) -> dict[str, Any]:
     """What a results file says of its run: when, with which arguments, how many rounds,
     on what machine."""
@@ -906,13 +921,7 @@ def write_results(out: Path, stem: str, table: list, meta: dict[str, Any], text:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("."))
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--seconds", type=float, default=150.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--libraries", default=",".join(LIBRARIES))
-    parser.add_argument("--ops", default=",".join(OPS))
+    parser = interleaved_arguments(__doc__, LIBRARIES, OPS, seconds=150.0)
     parser.add_argument(
         "--steps",
         type=int,

@@ -36,7 +36,6 @@ DIR/ufuncs.md and DIR/ufuncs.json (``rows``: ``{"op", "library", "median_us", "p
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +44,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.harness import _percentile, apply_numpy_shim  # noqa: E402
-from benchmarks.memory import Variant, measured, run, write_results  # noqa: E402
+from benchmarks.memory import (  # noqa: E402
+    Variant,
+    interleaved_arguments,
+    measured,
+    run,
+    write_results,
+)
 
 OPS = (
     "vectorize_device",
@@ -274,14 +279,7 @@ def markdown(table: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("."))
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--seconds", type=float, default=120.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--libraries", default=",".join(LIBRARIES))
-    parser.add_argument("--ops", default=",".join(OPS))
-    args = parser.parse_args()
+    args = interleaved_arguments(__doc__, LIBRARIES, OPS, seconds=120.0).parse_args()
     variants = build(set(args.libraries.split(",")), set(args.ops.split(",")))
     done = run(variants, args.rounds, args.seconds, args.seed)
     table = rows(variants)
