@@ -50,6 +50,7 @@ class Plan:
         "shape",
         "dtype",
         "to_host",
+        "passes",
         "launchers",
     )
 
@@ -72,6 +73,8 @@ class Plan:
         self.shape = shape
         self.dtype = dtype
         self.to_host = to_host
+        # every argument a device array, launched as it is
+        self.passes = all(action == _PASS for action in actions)
         # the launcher of the last stream object, by identity (held, so never another's)
         self.launchers: tuple[Any, Any] = (None, None)
 
@@ -84,19 +87,23 @@ class Plan:
 
     def run(self, args: tuple, out: Any, stream: Any) -> Any:
         cuda = sys.modules["numba.cuda"]
-        launch_args = []
-        for action, cast, value in zip(self.actions, self.casts, args, strict=True):
-            if action == _PASS:
-                launch_args.append(value)
-            elif action == _CAST:
-                launch_args.append(cast(value))
-            else:
-                launch_args.append(cuda.to_device(value, stream=stream))
+        launch_args = args if self.passes else self._staged(args, cuda, stream)
         if out is None:
             out = cuda.device_array(self.shape, self.dtype, stream=stream)
-        launch_args.append(out)
-        self.launcher(stream)(*launch_args)
+        self.launcher(stream)(*launch_args, out)
         return out.copy_to_host() if self.to_host else out
+
+    def _staged(self, args: tuple, cuda: Any, stream: Any) -> list:
+        """The arguments as launched: scalars cast, host arrays copied to the device."""
+        staged = []
+        for action, cast, value in zip(self.actions, self.casts, args, strict=True):
+            if action == _PASS:
+                staged.append(value)
+            elif action == _CAST:
+                staged.append(cast(value))
+            else:
+                staged.append(cuda.to_device(value, stream=stream))
+        return staged
 
 
 def call(ufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
