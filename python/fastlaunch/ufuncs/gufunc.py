@@ -49,10 +49,11 @@ class Plan:
 
     def run(self, args: tuple, out: Any, stream: Any) -> Any:
         cuda = sys.modules["numba.cuda"]
-        launch_args = [
-            cuda.to_device(value, stream=stream) if copy else value
-            for copy, value in zip(self.copies, args, strict=True)
-        ]
+        if any(self.copies):
+            args = tuple(
+                cuda.to_device(value, stream=stream) if copy else value
+                for copy, value in zip(self.copies, args, strict=True)
+            )
         if out is None:
             outputs = [cuda.device_array(s, d, stream=stream) for s, d in self.outputs]
         else:
@@ -61,7 +62,7 @@ class Plan:
         if launcher is None or last_stream is not stream:
             launcher = self.kernel[self.griddim, self.blockdim, stream]
             self.launchers = (stream, launcher)
-        launcher(*launch_args, *outputs)
+        launcher(*args, *outputs)
         if self.to_host:
             outputs = [output.copy_to_host() for output in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
