@@ -311,3 +311,60 @@ print(hits() - before)
     )
     # the first two launches are remembered, the next six match the second
     assert lines == ["6,read,read,read,scalar", "8"]
+
+
+def test_an_interface_changed_between_launches_is_read_as_it_is_now(run_on_stand_in):
+    """A CUDA Array Interface object is read again on every launch, its dict changed in place
+    or replaced: each launch packs what the interface says then, or refuses it."""
+    lines = run(
+        run_on_stand_in,
+        """
+class Interface:
+    def __init__(self, **changes):
+        self.__cuda_array_interface__ = {
+            "shape": (8,), "strides": None, "typestr": "<f4", "data": (0x5000_0000, False),
+            "version": 3, **changes,
+        }
+obj = Interface()
+kernel = kernel_for(1)
+as_f4 = register(kernel, (obj,))
+as_read_only = register(kernel, (Interface(data=(0x5000_0000, True)),))
+as_strided = register(kernel, (Interface(strides=(8,)),))
+as_i4 = register(kernel, (Interface(typestr="<i4"),))
+cai = obj.__cuda_array_interface__
+changes = [
+    ({}, as_f4),
+    ({"data": (0x6000_0000, False)}, as_f4),
+    ({"shape": (16,)}, as_f4),
+    ({"strides": (4,)}, as_f4),
+    ({"strides": (8,)}, as_strided),
+    ({"strides": None, "data": (0x6000_0000, True)}, as_read_only),
+    ({"data": (0x7000_0000, False), "typestr": "<i4"}, as_i4),
+    ({"typestr": "<f4", "stream": None, "mask": None}, as_f4),
+]
+for change, types in changes:
+    cai.update(change)
+    launched_as_packed(kernel, (obj,), types)
+    launched_as_packed(kernel, (obj,), types)
+obj.__cuda_array_interface__ = cai = dict(cai, shape=(4,), data=(0x7100_0000, False))
+launched_as_packed(kernel, (obj,), as_f4)
+for change in [{"stream": 0}, {"mask": object()}, {"data": (0, False)}, {"shape": [4]}]:
+    kept = dict(cai)
+    cai.update(change)
+    try:
+        kernel[1, 1](obj)
+    except Exception as error:
+        print(str(error).split(": ", 1)[-1])
+    cai.clear()
+    cai.update(kept)
+    launched_as_packed(kernel, (obj,), as_f4)
+print("ok")
+""",
+    )
+    assert lines == [
+        "__cuda_array_interface__ 'stream' must not be 0 (ambiguous)",
+        "masked arrays (__cuda_array_interface__ 'mask') are not supported",
+        "__cuda_array_interface__ has a null data pointer for a non-empty array",
+        "shape must be a tuple of ints, got list",
+        "ok",
+    ]

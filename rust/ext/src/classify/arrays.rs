@@ -400,7 +400,7 @@ pub(super) fn layout_of(shape: &[i64], strides: &[i64], itemsize: i64) -> u8 {
     }
 }
 
-pub(super) fn int_tuple<'py>(
+fn int_tuple<'py>(
     obj: &Bound<'py, PyAny>,
     what: &str,
     at: Position<'_>,
@@ -411,20 +411,6 @@ pub(super) fn int_tuple<'py>(
             type_name(obj)
         ))
     })
-}
-
-pub(super) fn tuple_ints<'a>(
-    tuple: &'a Bound<'_, PyTuple>,
-    what: &'a str,
-    at: Position<'a>,
-) -> Result<Vec<i64>> {
-    tuple
-        .iter()
-        .map(|v| {
-            v.extract::<i64>()
-                .map_err(|_| at.error(format!("{what} must be a tuple of ints, got {tuple}")))
-        })
-        .collect()
 }
 
 /// The alignment numba's code assumes of a record: an aligned struct's fields are at their
