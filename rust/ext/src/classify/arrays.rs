@@ -2,7 +2,7 @@
 //! staged into the scratch (and dropped again if the array is refused), numba's layout,
 //! and fast reads of Python ints.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use pyo3::ffi;
 use pyo3::intern;
@@ -79,18 +79,37 @@ impl From<Scalar> for ElementType {
 thread_local! {
     /// The element types of the dtypes of packed element types, the dtype held.
     static DTYPES: RefCell<HeldObjects<ElementType>> = const { RefCell::new(HeldObjects::new()) };
+    /// The dtype last answered from `DTYPES` (held there, so its address stays its own):
+    /// arrays of one dtype come in runs, answered without borrowing and searching the table.
+    static LAST_DTYPE: Cell<Option<(usize, ElementType)>> = const { Cell::new(None) };
 }
 
 /// The element type of a NumPy dtype object, cached per dtype object; `None` for a dtype
 /// whose arrays fastlaunch does not pack.
+#[inline]
 pub(super) fn dtype_element(
     dtype: &Bound<'_, PyAny>,
     at: Position<'_>,
 ) -> Result<Option<ElementType>> {
-    let cached = DTYPES.with(|dtypes| dtypes.borrow().get(dtype.as_ptr() as usize));
-    if cached.is_some() {
+    let address = dtype.as_ptr() as usize;
+    if let Some((last, element)) = LAST_DTYPE.get() {
+        if last == address {
+            return Ok(Some(element));
+        }
+    }
+    let cached = DTYPES.with(|dtypes| dtypes.borrow().get(address));
+    if let Some(element) = cached {
+        LAST_DTYPE.set(Some((address, element)));
         return Ok(cached);
     }
+    read_and_keep_dtype_element(dtype, at)
+}
+
+#[cold]
+fn read_and_keep_dtype_element(
+    dtype: &Bound<'_, PyAny>,
+    at: Position<'_>,
+) -> Result<Option<ElementType>> {
     let element = read_dtype_element(dtype, at)?;
     if let Some(element) = element {
         // Not a record dtype equal to an earlier one (read again each time): a program making
@@ -452,6 +471,7 @@ pub(super) fn numba_only_dtype(dtype: &Bound<'_, PyAny>) -> bool {
 
 /// The element type of an array's dtype: numeric, record, datetime or timedelta; `None` when
 /// only numba-cuda can pass the array.
+#[inline]
 pub(super) fn element_type(
     dtype: &Bound<'_, PyAny>,
     at: Position<'_>,
