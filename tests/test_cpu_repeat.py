@@ -368,3 +368,61 @@ print("ok")
         "shape must be a tuple of ints, got list",
         "ok",
     ]
+
+
+def test_a_new_array_at_a_dead_arrays_address_is_read_with_its_own_shape_dtype_and_pointer(
+    run_on_stand_in,
+):
+    """Arrays made and dropped one per launch land at the same addresses: each is read afresh,
+    whatever the last one there was (its dtype, shape, strides and pointer)."""
+    lines = run(
+        run_on_stand_in,
+        """
+kernel = kernel_for(2)
+makers = [
+    lambda i: device_array((16,), 0x7000_0000 + 0x1000 * i),
+    lambda i: device_array((16,), 0x7000_0000 + 0x2000 * i, np.int32),
+    lambda i: device_array((4, 4), 0x7000_0000 + 0x3000 * i),
+    lambda i: device_array((2 + i % 5,), 0x7000_0000 + 0x100 * i, np.float64),
+]
+overloads = [register(kernel, (make(0), 1.0)) for make in makers]
+kinds_at = {}
+for i in range(400):
+    which = (i * 7) % len(makers)  # not in step with the remembered launches
+    array = makers[which](i)
+    kinds_at.setdefault(id(array), set()).add(which)
+    launched_as_packed(kernel, (array, 0.5 * i), overloads[which])
+    del array
+print("ok", sum(len(kinds) > 1 for kinds in kinds_at.values()) > 10)
+""",
+    )
+    assert lines == ["ok True"]
+
+
+def test_a_new_array_each_launch_is_not_remembered_but_one_that_comes_back_is(
+    run_on_stand_in,
+):
+    """An argument that is a new array launch after launch is read without being remembered
+    in the table of arrays read before (but every 16th launch), which would cost a weak
+    reference each; an array passed again is remembered (its weak reference shows it)."""
+    lines = run(
+        run_on_stand_in,
+        """
+import weakref
+kernel = kernel_for(1)
+types = register(kernel, (device_array((16,), 0x7000_0000),))
+remembered = []
+for i in range(64):  # (`_core.pack`, which reads the arrays too, would remember them)
+    array = device_array((16,), 0x7000_0000 + 0x1000 * i)
+    kernel[1, 1](array)
+    remembered.append(weakref.getweakrefcount(array))
+    del array
+print(sum(remembered[8:]))
+kept = device_array((16,), 0x7100_0000)
+for i in range(16):
+    kernel[1, 1](kept)
+    kernel[1, 1](device_array((16,), 0x7200_0000 + 0x1000 * i))
+print(weakref.getweakrefcount(kept))
+""",
+    )
+    assert lines == ["3", "1"]  # launches 16, 32 and 48 of the 56 after the eighth
