@@ -3,6 +3,7 @@
 //! and fast reads of Python ints.
 
 use std::cell::{Cell, RefCell};
+use std::os::raw::{c_long, c_ulong};
 
 use pyo3::ffi;
 use pyo3::intern;
@@ -506,8 +507,8 @@ pub(super) fn extend_from_int_tuple(
     for i in 0..len {
         // SAFETY: `i` is below the tuple's length; the borrowed item lives as long as the tuple.
         let item = unsafe { ffi::PyTuple_GetItem(tuple.as_ptr(), i as ffi::Py_ssize_t) };
-        // SAFETY: `item` is a valid object; a failure returns -1 with an exception set.
-        let number = unsafe { ffi::PyLong_AsLongLong(item) };
+        // SAFETY: `item` is a valid object.
+        let number = unsafe { signed_64(item) };
         // SAFETY: checking and clearing this thread's exception state.
         if number == -1 && unsafe { !ffi::PyErr_Occurred().is_null() } {
             // SAFETY: as above.
@@ -521,8 +522,8 @@ pub(super) fn extend_from_int_tuple(
 
 /// An int as u64 with one C call (PyO3's generic extraction is several times slower).
 pub(super) fn int_as_u64(value: &Bound<'_, PyAny>) -> PyResult<u64> {
-    // SAFETY: a valid object; failure returns u64::MAX with an exception set.
-    let number = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
+    // SAFETY: a valid object.
+    let number = unsafe { unsigned_64(value.as_ptr()) };
     if number == u64::MAX {
         if let Some(err) = PyErr::take(value.py()) {
             return Err(err);
@@ -533,14 +534,48 @@ pub(super) fn int_as_u64(value: &Bound<'_, PyAny>) -> PyResult<u64> {
 
 /// An int as i64 with one C call.
 pub(super) fn int_as_i64(value: &Bound<'_, PyAny>) -> PyResult<i64> {
-    // SAFETY: a valid object; failure returns -1 with an exception set.
-    let number = unsafe { ffi::PyLong_AsLongLong(value.as_ptr()) };
+    // SAFETY: a valid object.
+    let number = unsafe { signed_64(value.as_ptr()) };
     if number == -1 {
         if let Some(err) = PyErr::take(value.py()) {
             return Err(err);
         }
     }
     Ok(number)
+}
+
+// CPython 3.11 converts an int of more than one digit (2**30 and up: any device pointer) to a
+// `long long` through its generic byte-array conversion, several times slower than the digit
+// loop that converts to a `long`; where a `long` is 64 bits, the `long` conversions are used.
+
+/// `PyLong_AsUnsignedLongLong(object)`: failure returns `u64::MAX` with an exception set.
+///
+/// # Safety
+/// `object` is a valid object, and the GIL is held.
+#[inline]
+unsafe fn unsigned_64(object: *mut ffi::PyObject) -> u64 {
+    if std::mem::size_of::<c_ulong>() == 8 {
+        // SAFETY: as the caller promises.
+        u64::from(unsafe { ffi::PyLong_AsUnsignedLong(object) })
+    } else {
+        // SAFETY: as the caller promises.
+        unsafe { ffi::PyLong_AsUnsignedLongLong(object) }
+    }
+}
+
+/// `PyLong_AsLongLong(object)`: failure returns -1 with an exception set.
+///
+/// # Safety
+/// `object` is a valid object, and the GIL is held.
+#[inline]
+unsafe fn signed_64(object: *mut ffi::PyObject) -> i64 {
+    if std::mem::size_of::<c_long>() == 8 {
+        // SAFETY: as the caller promises.
+        i64::from(unsafe { ffi::PyLong_AsLong(object) })
+    } else {
+        // SAFETY: as the caller promises.
+        unsafe { ffi::PyLong_AsLongLong(object) }
+    }
 }
 
 /// A device pointer given as an int, or as an object `int()` converts (a cuda.bindings
