@@ -3,7 +3,6 @@
 //! and fast reads of Python ints.
 
 use std::cell::{Cell, RefCell};
-use std::os::raw::{c_long, c_ulong};
 
 use pyo3::ffi;
 use pyo3::intern;
@@ -546,7 +545,8 @@ pub(super) fn int_as_i64(value: &Bound<'_, PyAny>) -> PyResult<i64> {
 
 // CPython 3.11 converts an int of more than one digit (2**30 and up: any device pointer) to a
 // `long long` through its generic byte-array conversion, several times slower than the digit
-// loop that converts to a `long`; where a `long` is 64 bits, the `long` conversions are used.
+// loop that converts to a `long`; where a `long` is 64 bits (64-bit Unix), the `long`
+// conversions are used.
 
 /// `PyLong_AsUnsignedLongLong(object)`: failure returns `u64::MAX` with an exception set.
 ///
@@ -554,13 +554,12 @@ pub(super) fn int_as_i64(value: &Bound<'_, PyAny>) -> PyResult<i64> {
 /// `object` is a valid object, and the GIL is held.
 #[inline]
 unsafe fn unsigned_64(object: *mut ffi::PyObject) -> u64 {
-    if std::mem::size_of::<c_ulong>() == 8 {
-        // SAFETY: as the caller promises.
-        u64::from(unsafe { ffi::PyLong_AsUnsignedLong(object) })
-    } else {
-        // SAFETY: as the caller promises.
-        unsafe { ffi::PyLong_AsUnsignedLongLong(object) }
-    }
+    #[cfg(all(target_pointer_width = "64", not(windows)))]
+    // SAFETY: as the caller promises.
+    return unsafe { ffi::PyLong_AsUnsignedLong(object) };
+    #[cfg(not(all(target_pointer_width = "64", not(windows))))]
+    // SAFETY: as the caller promises.
+    return unsafe { ffi::PyLong_AsUnsignedLongLong(object) };
 }
 
 /// `PyLong_AsLongLong(object)`: failure returns -1 with an exception set.
@@ -569,13 +568,12 @@ unsafe fn unsigned_64(object: *mut ffi::PyObject) -> u64 {
 /// `object` is a valid object, and the GIL is held.
 #[inline]
 unsafe fn signed_64(object: *mut ffi::PyObject) -> i64 {
-    if std::mem::size_of::<c_long>() == 8 {
-        // SAFETY: as the caller promises.
-        i64::from(unsafe { ffi::PyLong_AsLong(object) })
-    } else {
-        // SAFETY: as the caller promises.
-        unsafe { ffi::PyLong_AsLongLong(object) }
-    }
+    #[cfg(all(target_pointer_width = "64", not(windows)))]
+    // SAFETY: as the caller promises.
+    return unsafe { ffi::PyLong_AsLong(object) };
+    #[cfg(not(all(target_pointer_width = "64", not(windows))))]
+    // SAFETY: as the caller promises.
+    return unsafe { ffi::PyLong_AsLongLong(object) };
 }
 
 /// A device pointer given as an int, or as an object `int()` converts (a cuda.bindings

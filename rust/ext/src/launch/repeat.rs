@@ -68,10 +68,11 @@ struct NewObjects(u32);
 
 impl NewObjects {
     const REMEMBERED_AFTER: u32 = 2;
+    /// A power of two.
     const SAMPLED: u32 = 16;
 
     fn worth_remembering(self) -> bool {
-        self.0 < Self::REMEMBERED_AFTER || self.0 % Self::SAMPLED == 0
+        self.0 < Self::REMEMBERED_AFTER || self.0 & (Self::SAMPLED - 1) == 0
     }
 
     /// The count after a launch whose read found its object known (`true`) or not.
