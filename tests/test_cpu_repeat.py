@@ -311,3 +311,118 @@ print(hits() - before)
     )
     # the first two launches are remembered, the next six match the second
     assert lines == ["6,read,read,read,scalar", "8"]
+
+
+def test_an_interface_changed_between_launches_is_read_as_it_is_now(run_on_stand_in):
+    """A CUDA Array Interface object is read again on every launch, its dict changed in place
+    or replaced: each launch packs what the interface says then, or refuses it."""
+    lines = run(
+        run_on_stand_in,
+        """
+class Interface:
+    def __init__(self, **changes):
+        self.__cuda_array_interface__ = {
+            "shape": (8,), "strides": None, "typestr": "<f4", "data": (0x5000_0000, False),
+            "version": 3, **changes,
+        }
+obj = Interface()
+kernel = kernel_for(1)
+as_f4 = register(kernel, (obj,))
+as_read_only = register(kernel, (Interface(data=(0x5000_0000, True)),))
+as_strided = register(kernel, (Interface(strides=(8,)),))
+as_i4 = register(kernel, (Interface(typestr="<i4"),))
+cai = obj.__cuda_array_interface__
+changes = [
+    ({}, as_f4),
+    ({"data": (0x6000_0000, False)}, as_f4),
+    ({"shape": (16,)}, as_f4),
+    ({"strides": (4,)}, as_f4),
+    ({"strides": (8,)}, as_strided),
+    ({"strides": None, "data": (0x6000_0000, True)}, as_read_only),
+    ({"data": (0x7000_0000, False), "typestr": "<i4"}, as_i4),
+    ({"typestr": "<f4", "stream": None, "mask": None}, as_f4),
+]
+for change, types in changes:
+    cai.update(change)
+    launched_as_packed(kernel, (obj,), types)
+    launched_as_packed(kernel, (obj,), types)
+obj.__cuda_array_interface__ = cai = dict(cai, shape=(4,), data=(0x7100_0000, False))
+launched_as_packed(kernel, (obj,), as_f4)
+for change in [{"stream": 0}, {"mask": object()}, {"data": (0, False)}, {"shape": [4]}]:
+    kept = dict(cai)
+    cai.update(change)
+    try:
+        kernel[1, 1](obj)
+    except Exception as error:
+        print(str(error).split(": ", 1)[-1])
+    cai.clear()
+    cai.update(kept)
+    launched_as_packed(kernel, (obj,), as_f4)
+print("ok")
+""",
+    )
+    assert lines == [
+        "__cuda_array_interface__ 'stream' must not be 0 (ambiguous)",
+        "masked arrays (__cuda_array_interface__ 'mask') are not supported",
+        "__cuda_array_interface__ has a null data pointer for a non-empty array",
+        "shape must be a tuple of ints, got list",
+        "ok",
+    ]
+
+
+def test_a_new_array_at_a_dead_arrays_address_is_read_with_its_own_shape_dtype_and_pointer(
+    run_on_stand_in,
+):
+    """Arrays made and dropped one per launch land at the same addresses: each is read afresh,
+    whatever the last one there was (its dtype, shape, strides and pointer)."""
+    lines = run(
+        run_on_stand_in,
+        """
+kernel = kernel_for(2)
+makers = [
+    lambda i: device_array((16,), 0x7000_0000 + 0x1000 * i),
+    lambda i: device_array((16,), 0x7000_0000 + 0x2000 * i, np.int32),
+    lambda i: device_array((4, 4), 0x7000_0000 + 0x3000 * i),
+    lambda i: device_array((2 + i % 5,), 0x7000_0000 + 0x100 * i, np.float64),
+]
+overloads = [register(kernel, (make(0), 1.0)) for make in makers]
+kinds_at = {}
+for i in range(400):
+    which = (i * 7) % len(makers)  # not in step with the remembered launches
+    array = makers[which](i)
+    kinds_at.setdefault(id(array), set()).add(which)
+    launched_as_packed(kernel, (array, 0.5 * i), overloads[which])
+    del array
+print("ok", sum(len(kinds) > 1 for kinds in kinds_at.values()) > 10)
+""",
+    )
+    assert lines == ["ok True"]
+
+
+def test_a_new_array_each_launch_is_not_remembered_but_one_that_comes_back_is(
+    run_on_stand_in,
+):
+    """An argument that is a new array launch after launch is read without being remembered
+    in the table of arrays read before (but every 16th launch), which would cost a weak
+    reference each; an array passed again is remembered (its weak reference shows it)."""
+    lines = run(
+        run_on_stand_in,
+        """
+import weakref
+kernel = kernel_for(1)
+types = register(kernel, (device_array((16,), 0x7000_0000),))
+remembered = []
+for i in range(64):  # (`_core.pack`, which reads the arrays too, would remember them)
+    array = device_array((16,), 0x7000_0000 + 0x1000 * i)
+    kernel[1, 1](array)
+    remembered.append(weakref.getweakrefcount(array))
+    del array
+print(sum(remembered[8:]))
+kept = device_array((16,), 0x7100_0000)
+for i in range(16):
+    kernel[1, 1](kept)
+    kernel[1, 1](device_array((16,), 0x7200_0000 + 0x1000 * i))
+print(weakref.getweakrefcount(kept))
+""",
+    )
+    assert lines == ["3", "1"]  # launches 16, 32 and 48 of the 56 after the eighth

@@ -113,6 +113,12 @@ pub(crate) struct Scratch {
     pub tuple_depth: usize,
     /// An argument only numba-cuda's own launch path can pass (see `Strategy::Numba`).
     pub needs_numba: bool,
+    /// Array sources do not remember the arrays they read in their tables of arrays read
+    /// before (`classify/known.rs`): a launch like the last sets it for an argument that has
+    /// been a new object launch after launch (`launch/repeat.rs`).
+    pub forget_reads: bool,
+    /// Set when an array source found an argument in its table of arrays read before.
+    pub read_was_known: bool,
     pub streams: StreamInputs,
     pub devices: DeviceClaims,
     pub staging: HostStaging,
@@ -135,6 +141,8 @@ impl Scratch {
         self.keepalive.clear();
         self.tuple_depth = 0;
         self.needs_numba = false;
+        self.forget_reads = false;
+        self.read_was_known = false;
         self.streams.producers.clear();
         self.streams.exchange_stream = None;
         self.streams.has_cupy = false;

@@ -2,7 +2,7 @@
 //! staged into the scratch (and dropped again if the array is refused), numba's layout,
 //! and fast reads of Python ints.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use pyo3::ffi;
 use pyo3::intern;
@@ -79,18 +79,37 @@ impl From<Scalar> for ElementType {
 thread_local! {
     /// The element types of the dtypes of packed element types, the dtype held.
     static DTYPES: RefCell<HeldObjects<ElementType>> = const { RefCell::new(HeldObjects::new()) };
+    /// The dtype last answered from `DTYPES` (held there, so its address stays its own):
+    /// arrays of one dtype come in runs, answered without borrowing and searching the table.
+    static LAST_DTYPE: Cell<Option<(usize, ElementType)>> = const { Cell::new(None) };
 }
 
 /// The element type of a NumPy dtype object, cached per dtype object; `None` for a dtype
 /// whose arrays fastlaunch does not pack.
+#[inline]
 pub(super) fn dtype_element(
     dtype: &Bound<'_, PyAny>,
     at: Position<'_>,
 ) -> Result<Option<ElementType>> {
-    let cached = DTYPES.with(|dtypes| dtypes.borrow().get(dtype.as_ptr() as usize));
-    if cached.is_some() {
+    let address = dtype.as_ptr() as usize;
+    if let Some((last, element)) = LAST_DTYPE.get() {
+        if last == address {
+            return Ok(Some(element));
+        }
+    }
+    let cached = DTYPES.with(|dtypes| dtypes.borrow().get(address));
+    if let Some(element) = cached {
+        LAST_DTYPE.set(Some((address, element)));
         return Ok(cached);
     }
+    read_and_keep_dtype_element(dtype, at)
+}
+
+#[cold]
+fn read_and_keep_dtype_element(
+    dtype: &Bound<'_, PyAny>,
+    at: Position<'_>,
+) -> Result<Option<ElementType>> {
     let element = read_dtype_element(dtype, at)?;
     if let Some(element) = element {
         // Not a record dtype equal to an earlier one (read again each time): a program making
@@ -400,7 +419,7 @@ pub(super) fn layout_of(shape: &[i64], strides: &[i64], itemsize: i64) -> u8 {
     }
 }
 
-pub(super) fn int_tuple<'py>(
+fn int_tuple<'py>(
     obj: &Bound<'py, PyAny>,
     what: &str,
     at: Position<'_>,
@@ -411,20 +430,6 @@ pub(super) fn int_tuple<'py>(
             type_name(obj)
         ))
     })
-}
-
-pub(super) fn tuple_ints<'a>(
-    tuple: &'a Bound<'_, PyTuple>,
-    what: &'a str,
-    at: Position<'a>,
-) -> Result<Vec<i64>> {
-    tuple
-        .iter()
-        .map(|v| {
-            v.extract::<i64>()
-                .map_err(|_| at.error(format!("{what} must be a tuple of ints, got {tuple}")))
-        })
-        .collect()
 }
 
 /// The alignment numba's code assumes of a record: an aligned struct's fields are at their
@@ -466,6 +471,7 @@ pub(super) fn numba_only_dtype(dtype: &Bound<'_, PyAny>) -> bool {
 
 /// The element type of an array's dtype: numeric, record, datetime or timedelta; `None` when
 /// only numba-cuda can pass the array.
+#[inline]
 pub(super) fn element_type(
     dtype: &Bound<'_, PyAny>,
     at: Position<'_>,
@@ -500,8 +506,8 @@ pub(super) fn extend_from_int_tuple(
     for i in 0..len {
         // SAFETY: `i` is below the tuple's length; the borrowed item lives as long as the tuple.
         let item = unsafe { ffi::PyTuple_GetItem(tuple.as_ptr(), i as ffi::Py_ssize_t) };
-        // SAFETY: `item` is a valid object; a failure returns -1 with an exception set.
-        let number = unsafe { ffi::PyLong_AsLongLong(item) };
+        // SAFETY: `item` is a valid object.
+        let number = unsafe { signed_64(item) };
         // SAFETY: checking and clearing this thread's exception state.
         if number == -1 && unsafe { !ffi::PyErr_Occurred().is_null() } {
             // SAFETY: as above.
@@ -515,8 +521,8 @@ pub(super) fn extend_from_int_tuple(
 
 /// An int as u64 with one C call (PyO3's generic extraction is several times slower).
 pub(super) fn int_as_u64(value: &Bound<'_, PyAny>) -> PyResult<u64> {
-    // SAFETY: a valid object; failure returns u64::MAX with an exception set.
-    let number = unsafe { ffi::PyLong_AsUnsignedLongLong(value.as_ptr()) };
+    // SAFETY: a valid object.
+    let number = unsafe { unsigned_64(value.as_ptr()) };
     if number == u64::MAX {
         if let Some(err) = PyErr::take(value.py()) {
             return Err(err);
@@ -527,14 +533,47 @@ pub(super) fn int_as_u64(value: &Bound<'_, PyAny>) -> PyResult<u64> {
 
 /// An int as i64 with one C call.
 pub(super) fn int_as_i64(value: &Bound<'_, PyAny>) -> PyResult<i64> {
-    // SAFETY: a valid object; failure returns -1 with an exception set.
-    let number = unsafe { ffi::PyLong_AsLongLong(value.as_ptr()) };
+    // SAFETY: a valid object.
+    let number = unsafe { signed_64(value.as_ptr()) };
     if number == -1 {
         if let Some(err) = PyErr::take(value.py()) {
             return Err(err);
         }
     }
     Ok(number)
+}
+
+// CPython 3.11 converts an int of more than one digit (2**30 and up: any device pointer) to a
+// `long long` through its generic byte-array conversion, several times slower than the digit
+// loop that converts to a `long`; where a `long` is 64 bits (64-bit Unix), the `long`
+// conversions are used.
+
+/// `PyLong_AsUnsignedLongLong(object)`: failure returns `u64::MAX` with an exception set.
+///
+/// # Safety
+/// `object` is a valid object, and the GIL is held.
+#[inline]
+unsafe fn unsigned_64(object: *mut ffi::PyObject) -> u64 {
+    #[cfg(all(target_pointer_width = "64", not(windows)))]
+    // SAFETY: as the caller promises.
+    return unsafe { ffi::PyLong_AsUnsignedLong(object) };
+    #[cfg(not(all(target_pointer_width = "64", not(windows))))]
+    // SAFETY: as the caller promises.
+    return unsafe { ffi::PyLong_AsUnsignedLongLong(object) };
+}
+
+/// `PyLong_AsLongLong(object)`: failure returns -1 with an exception set.
+///
+/// # Safety
+/// `object` is a valid object, and the GIL is held.
+#[inline]
+unsafe fn signed_64(object: *mut ffi::PyObject) -> i64 {
+    #[cfg(all(target_pointer_width = "64", not(windows)))]
+    // SAFETY: as the caller promises.
+    return unsafe { ffi::PyLong_AsLong(object) };
+    #[cfg(not(all(target_pointer_width = "64", not(windows))))]
+    // SAFETY: as the caller promises.
+    return unsafe { ffi::PyLong_AsLongLong(object) };
 }
 
 /// A device pointer given as an int, or as an object `int()` converts (a cuda.bindings

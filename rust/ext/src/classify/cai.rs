@@ -1,18 +1,30 @@
 //! Generic CUDA Array Interface objects: the interface dict read key by key. Their pointer
 //! may be anything, so the launch asks the driver about it (`Scratch::unverified_pointers`).
+//!
+//! The interface is read afresh on every launch (an object may hand out another dict, or
+//! change its own, between launches), so the read is kept cheap: keys are interned strings
+//! (a `&str` key would be made into a new Python string, and hashed, per lookup), the
+//! typestr is read in place, and shape and strides go straight into the scratch.
 
 use pyo3::exceptions::PyAttributeError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyInt, PyString, PyTuple};
 
-use super::arrays::{datetime_element, int_tuple, push_array, tuple_ints, ElementType};
+use super::arrays::{
+    append_c_strides, datetime_element, extend_from_int_tuple, int_as_u64, push_staged, stage_dims,
+    ElementType,
+};
 use super::{type_name, Position, Scratch, ValueAt};
 use crate::errors::Result;
 use crate::scalar::Scalar;
 
 /// A generic `__cuda_array_interface__` object (v3: its `stream` orders the launch).
-pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scratch) -> Result<()> {
+pub(super) fn read<'py>(
+    arg: &Bound<'py, PyAny>,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
     let py = arg.py();
     let interface = match arg.getattr(intern!(py, "__cuda_array_interface__")) {
         Ok(interface) => interface,
@@ -27,24 +39,27 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
     let cai = interface
         .cast::<PyDict>()
         .map_err(|_| at.error("__cuda_array_interface__ must be a dict"))?;
-    let get = |key: &str| -> Result<Bound<'_, PyAny>> {
+    let get = |key: &Bound<'py, PyString>| -> Result<Bound<'py, PyAny>> {
         cai.get_item(key)?.ok_or_else(|| {
             at.error(format!(
                 "__cuda_array_interface__ lacks the required key '{key}'"
             ))
         })
     };
-    if let Some(mask) = cai.get_item("mask")? {
-        if !mask.is_none() {
-            return Err(
-                at.error("masked arrays (__cuda_array_interface__ 'mask') are not supported")
-            );
-        }
+    // `None` is as good as absent for the optional keys.
+    let optional = |key: &Bound<'py, PyString>| -> Result<Option<Bound<'py, PyAny>>> {
+        Ok(cai.get_item(key)?.filter(|value| !value.is_none()))
+    };
+    if optional(intern!(py, "mask"))?.is_some() {
+        return Err(at.error("masked arrays (__cuda_array_interface__ 'mask') are not supported"));
     }
-    let typestr: String = get("typestr")?
-        .extract()
-        .map_err(|_| at.error("__cuda_array_interface__ 'typestr' must be a str"))?;
-    let Some(element) = typestr_element(&typestr) else {
+    let typestr = get(intern!(py, "typestr"))?;
+    let typestr = typestr
+        .cast::<PyString>()
+        .ok()
+        .and_then(|typestr| typestr.to_str().ok())
+        .ok_or_else(|| at.error("__cuda_array_interface__ 'typestr' must be a str"))?;
+    let Some(element) = typestr_element(typestr) else {
         if matches!(typestr.as_bytes().get(1), Some(b'V' | b'M' | b'm')) {
             scratch.needs_numba = true;
             return Ok(());
@@ -53,54 +68,71 @@ pub(super) fn read(arg: &Bound<'_, PyAny>, at: Position<'_>, scratch: &mut Scrat
             "__cuda_array_interface__ typestr {typestr:?} is not supported"
         )));
     };
-    let (data, readonly): (u64, bool) = get("data")?.extract().map_err(|_| {
+    let (data, readonly) = pointer_and_flag(&get(intern!(py, "data"))?).ok_or_else(|| {
         at.error("__cuda_array_interface__ 'data' must be a (pointer, read-only) tuple")
     })?;
-    let shape = tuple_ints(&int_tuple(&get("shape")?, "shape", at)?, "shape", at)?;
-    let strides = match cai.get_item("strides")? {
-        Some(s) if !s.is_none() => Some(tuple_ints(&int_tuple(&s, "strides", at)?, "strides", at)?),
-        _ => None,
-    };
-    if let Some(strides) = &strides {
-        if strides.len() != shape.len() {
-            return Err(at.error(format!(
-                "__cuda_array_interface__ has {} dimensions but {} strides",
-                shape.len(),
-                strides.len()
-            )));
+    let shape = get(intern!(py, "shape"))?;
+    let strides = optional(intern!(py, "strides"))?;
+    let stream = optional(intern!(py, "stream"))?;
+    let value = ValueAt::next(scratch, at);
+    let (producers, unverified) = (
+        &mut scratch.streams.producers,
+        &mut scratch.devices.unverified_pointers,
+    );
+    let staged = stage_dims(&mut scratch.dims, at, (data, element), |dims| {
+        let start = dims.len();
+        let ndim = extend_from_int_tuple(dims, &shape, "shape", at)?;
+        match &strides {
+            Some(strides) => {
+                let nstrides = extend_from_int_tuple(dims, strides, "strides", at)?;
+                if nstrides != ndim {
+                    return Err(at.error(format!(
+                        "__cuda_array_interface__ has {ndim} dimensions but {nstrides} strides"
+                    )));
+                }
+            }
+            None => append_c_strides(dims, start, element.itemsize() as i64),
         }
-    }
-    match cai.get_item("stream")? {
-        Some(stream) if !stream.is_none() => {
+        if let Some(stream) = &stream {
             let handle: usize = stream.extract().map_err(|_| {
                 at.error("__cuda_array_interface__ 'stream' must be None or an int")
             })?;
             if handle == 0 {
                 return Err(at.error("__cuda_array_interface__ 'stream' must not be 0 (ambiguous)"));
             }
-            scratch.streams.producers.push(handle);
+            producers.push(handle);
         }
-        _ => {}
+        let shape = &dims[start..start + ndim];
+        let nonempty = !shape.contains(&0);
+        if data == 0 && nonempty && shape.iter().product::<i64>() > 0 {
+            return Err(
+                at.error("__cuda_array_interface__ has a null data pointer for a non-empty array")
+            );
+        }
+        if nonempty {
+            unverified.push(value);
+        }
+        Ok(())
+    })?;
+    push_staged(scratch, data, element, staged, readonly);
+    Ok(())
+}
+
+/// The `(pointer, read-only)` of an interface's `data`: a 2-tuple of an int within u64 (or
+/// an object with `__index__`) and a bool; `None` for anything else.
+fn pointer_and_flag(data: &Bound<'_, PyAny>) -> Option<(u64, bool)> {
+    let data = data.cast::<PyTuple>().ok()?;
+    if data.len() != 2 {
+        return None;
     }
-    let nonempty = !shape.contains(&0);
-    if data == 0 && nonempty && shape.iter().product::<i64>() > 0 {
-        return Err(
-            at.error("__cuda_array_interface__ has a null data pointer for a non-empty array")
-        );
-    }
-    if nonempty {
-        let value = ValueAt::next(scratch, at);
-        scratch.devices.unverified_pointers.push(value);
-    }
-    push_array(
-        scratch,
-        at,
-        data,
-        element,
-        shape.into_iter(),
-        strides.map(Vec::into_iter),
-        readonly,
-    )
+    let pointer = data.get_borrowed_item(0).ok()?;
+    let pointer = if pointer.is_exact_instance_of::<PyInt>() {
+        int_as_u64(&pointer).ok()?
+    } else {
+        pointer.extract().ok()?
+    };
+    let readonly = data.get_borrowed_item(1).ok()?.extract().ok()?;
+    Some((pointer, readonly))
 }
 
 /// The element type of a CUDA Array Interface type string: numeric, datetime or timedelta.

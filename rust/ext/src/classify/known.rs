@@ -217,9 +217,10 @@ impl KnownArray {
 /// A thread's table of arrays read before (declared with `thread_local!` by its source).
 pub(super) type KnownArrays = LocalKey<RefCell<KnownObjects<KnownArray>>>;
 
-/// Pushes `arg` from `table` when it is there and `unchanged` says it still is as it was read;
-/// else reads it with `read` and remembers what that pushed (nothing, when the source left
-/// it to numba-cuda).
+/// Pushes `arg` from `table` when it is there and `unchanged` says it still is as it was read
+/// (and says so in `Scratch::read_was_known`); else reads it with `read` and remembers what
+/// that pushed (nothing, when the source left it to numba-cuda, or the scratch says
+/// `forget_reads`).
 #[inline]
 pub(super) fn push_known_or_read(
     table: &'static KnownArrays,
@@ -235,6 +236,7 @@ pub(super) fn push_known_or_read(
         match known.find(arg) {
             Some(array) if unchanged(array)? => {
                 array.push(scratch);
+                scratch.read_was_known = true;
                 Ok(true)
             }
             _ => Ok(false),
@@ -245,7 +247,7 @@ pub(super) fn push_known_or_read(
     }
     let (values_before, fingerprint_before) = (scratch.values.len(), scratch.fingerprint.len());
     read(scratch)?;
-    if scratch.values.len() > values_before {
+    if scratch.values.len() > values_before && !scratch.forget_reads {
         if let Some(array) = KnownArray::last_pushed(scratch, fingerprint_before) {
             table.with(|known| {
                 if let Ok(mut known) = known.try_borrow_mut() {

@@ -16,6 +16,7 @@
 //! - `aggregates`: tuples, named tuples and enum members;
 //! - `classes`: the process-wide ids of classes that are part of a numba type;
 //! - `records`: structured NumPy scalars;
+//! - `ctypes_word`: a ctypes unsigned word's value (numba's `device_ctypes_pointer`);
 //! - `arrays`: what every array source shares (shape, strides, layout, element types:
 //!   numeric, record, datetime);
 //! - `recheck`: what a launch like the last one (`repeat.rs`) checks of its arguments.
@@ -28,6 +29,7 @@ mod arrays;
 pub(crate) mod born;
 mod cai;
 mod classes;
+mod ctypes_word;
 mod cuda_core;
 mod cupy;
 mod dlpack;

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use super::arrays::{element_type, int_as_u64, pointer_as_u64, push_from_tuples};
+use super::ctypes_word::word_value;
 use super::known::{push_known_or_read, KnownArray, KnownObjects};
 use super::{has_attribute, Position, Scratch};
 use crate::errors::Result;
@@ -92,15 +93,22 @@ pub(super) fn read_device_array_fields(
 pub(super) fn owned_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
     let py = gpu_data.py();
     match gpu_data.getattr_opt(intern!(py, "device_ctypes_pointer"))? {
-        Some(pointer) => {
-            let value = pointer.getattr(intern!(py, "value"))?;
-            if value.is_none() {
-                Ok(0)
-            } else {
-                int_as_u64(&value)
-            }
-        }
+        Some(pointer) => ctypes_pointer_value(&pointer),
         None => numba_device_pointer(gpu_data),
+    }
+}
+
+/// The address a `device_ctypes_pointer` holds: read from its buffer when it is a plain
+/// ctypes word (`ctypes_word.rs`), else its `value` (`None`: null).
+fn ctypes_pointer_value(pointer: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if let Some(value) = word_value(pointer) {
+        return Ok(value);
+    }
+    let value = pointer.getattr(intern!(pointer.py(), "value"))?;
+    if value.is_none() {
+        Ok(0)
+    } else {
+        int_as_u64(&value)
     }
 }
 
@@ -164,12 +172,7 @@ fn numba_device_pointer(gpu_data: &Bound<'_, PyAny>) -> PyResult<u64> {
     let fields = gpu_data.getattr(intern!(py, "__dict__"))?;
     let fields = fields.cast::<PyDict>()?;
     if let Some(pointer) = fields.get_item(intern!(py, "device_ctypes_pointer"))? {
-        let value = pointer.getattr(intern!(py, "value"))?;
-        return if value.is_none() {
-            Ok(0)
-        } else {
-            int_as_u64(&value)
-        };
+        return ctypes_pointer_value(&pointer);
     }
     let pointer = match fields.get_item(intern!(py, "device_pointer"))? {
         Some(pointer) => pointer,

@@ -51,7 +51,45 @@ enum ArgCheck {
     Scalar { slots: ScalarSlots, slot: usize },
     /// Read again: its fingerprint bytes must be the same; its values are packed into its
     /// slots.
-    Read(PackedArgument),
+    Read {
+        argument: PackedArgument,
+        new_objects: NewObjects,
+    },
+}
+
+/// How many launches in a row a read argument was an object its source had not read before
+/// (a new array each launch). Past two, what is read of it is remembered (`classify/known.rs`)
+/// only every 16th launch: those tables are for objects that come back, and an entry costs a
+/// weak reference and its copy of the array, so a new array each launch would pay for both
+/// and push out arrays that do come back; sampled, an object that starts coming back is known
+/// again within 16 launches.
+#[derive(Clone, Copy, Default)]
+struct NewObjects(u32);
+
+impl NewObjects {
+    const REMEMBERED_AFTER: u32 = 2;
+    /// A power of two.
+    const SAMPLED: u32 = 16;
+
+    fn worth_remembering(self) -> bool {
+        self.0 < Self::REMEMBERED_AFTER || self.0 & (Self::SAMPLED - 1) == 0
+    }
+
+    /// The count after a launch whose read found its object known (`true`) or not.
+    fn after(self, known: bool) -> NewObjects {
+        if known {
+            NewObjects(0)
+        } else {
+            NewObjects(self.0.wrapping_add(1))
+        }
+    }
+
+    fn read(argument: PackedArgument) -> ArgCheck {
+        ArgCheck::Read {
+            argument,
+            new_objects: NewObjects::default(),
+        }
+    }
 }
 
 /// A launch remembered with its packed parameters.
@@ -218,7 +256,7 @@ impl LastLaunch {
                     return None;
                 }
                 // Its slots are about to hold another object's values: from now on read.
-                *check = ArgCheck::Read(argument.clone());
+                *check = NewObjects::read(argument.clone());
             }
             let matches = match check {
                 ArgCheck::Unchanged { .. } => true, // (one that holds is passed above)
@@ -229,19 +267,26 @@ impl LastLaunch {
                         None => false,
                     }
                 }
-                ArgCheck::Read(argument) => {
+                ArgCheck::Read {
+                    argument,
+                    new_objects,
+                } => {
                     let expected = &self.fingerprint[argument.fingerprint.clone()];
                     let values_start = scratch.values.len();
-                    read_argument(&arg, at, expected, scratch).unwrap_or(false)
-                        && pack_argument(plan, argument.first_value, values_start, names, scratch)
-                            .is_ok_and(|packed| {
-                                let fits = packed.len() == argument.slots.len();
-                                if fits {
-                                    self.params.slots_mut()[argument.slots.clone()]
-                                        .copy_from_slice(packed);
-                                }
-                                fits
-                            })
+                    scratch.forget_reads = !new_objects.worth_remembering();
+                    scratch.read_was_known = false;
+                    let read = read_argument(&arg, at, expected, scratch).unwrap_or(false);
+                    *new_objects = new_objects.after(scratch.read_was_known);
+                    scratch.forget_reads = false;
+                    read && pack_argument(plan, argument.first_value, values_start, names, scratch)
+                        .is_ok_and(|packed| {
+                            let fits = packed.len() == argument.slots.len();
+                            if fits {
+                                self.params.slots_mut()[argument.slots.clone()]
+                                    .copy_from_slice(packed);
+                            }
+                            fits
+                        })
                 }
             };
             if !matches {
@@ -350,7 +395,7 @@ fn check_for(
         }
         _ => {}
     }
-    ArgCheck::Read(argument)
+    NewObjects::read(argument)
 }
 
 /// How each argument of this thread's most recently used remembered launch is checked
@@ -368,7 +413,7 @@ pub(crate) fn _remembered_checks() -> Vec<&'static str> {
             let name = |check: &ArgCheck| match check {
                 ArgCheck::Unchanged { proof, .. } => proof.kind_name(),
                 ArgCheck::Scalar { .. } => "scalar",
-                ArgCheck::Read(_) => "read",
+                ArgCheck::Read { .. } => "read",
             };
             launch.args.iter().map(name).collect()
         })
