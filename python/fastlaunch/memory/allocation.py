@@ -1,8 +1,8 @@
 """Device memory for numba-cuda's arrays: from the driver's stream-ordered pool, owned by a
 numba-cuda ``MemoryPointer`` built as numba-cuda's own memory manager builds its pointers, so
 views, ``OwnedPointer`` reference counts, ``cuda.close()`` and deferred deallocation
-(``cuda.defer_cleanup()``) behave as they do for numba-cuda's memory. The free is
-``_core.mem_free`` at once (through the context's deallocation queue inside
+(``cuda.defer_cleanup()``) behave as they do for numba-cuda's memory. The free
+(``_core.PoolRelease``, the pointer's finalizer) is ``_core.mem_free`` at once (through the context's deallocation queue inside
 ``cuda.defer_cleanup()``): ordered on the legacy default stream (after all work on blocking
 streams), after the work on non-blocking streams since the last free
 (``rust/ext/src/memory/ordering.rs``). With an External Memory Management plugin selected,
@@ -26,8 +26,6 @@ from fastlaunch.memory import objects
 #: (what numba-cuda's memory pointers hold)
 _contexts: dict[int, Any] = {}
 _proxies: dict[int, Any] = {}
-_dict_set = dict.__setitem__
-_new = object.__new__
 
 
 #: the release threshold set on fastlaunch's own pool (one per context, never the device's
@@ -94,16 +92,9 @@ def allocate(nbytes: int, stream_handle: int) -> tuple[Any, int | None]:
         address = _core.mem_alloc(nbytes, stream_handle)
     except CudaError as error:
         address = _pool_alloc_again(error, nbytes, stream_handle, manager)
-    allocations = manager.allocations
-    release = _new(_PoolFree)  # (its __init__, inline)
-    release.allocations = allocations
-    release.deallocations = manager.deallocations
-    release.address = address
-    release.key = key
-    release.nbytes = nbytes
-    memory, owned = objects.pool_memory(_proxies[key], address, nbytes, release)
-    # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
-    _dict_set(allocations, address, memory)
+    owned = objects.pool_memory(
+        _proxies[key], address, nbytes, manager.allocations, manager.deallocations, key
+    )
     return owned, address
 
 
@@ -130,44 +121,6 @@ def _pool_alloc_again(error: CudaError, nbytes: int, stream_handle: int, manager
         raise numba_cuda.cuda_api_error(code, message) from None
 
 
-class _PoolFree(objects.Release):
-    """numba-cuda's ``_alloc_finalizer`` for pool memory. A stream-ordered free needs no
-    deferral (it is ordered after every use on the GPU): it is made at once, unless
-    ``cuda.defer_cleanup()`` holds the context's deallocation queue, where it then waits as
-    numba-cuda's own frees do."""
-
-    __slots__ = ("address", "allocations", "deallocations", "key", "nbytes")
-
-    #: set by ``allocate``: the manager's ``allocations`` and ``deallocations``, the pool
-    #: address, its context's key, its size
-    allocations: Any
-    deallocations: Any
-    address: int
-    key: int
-    nbytes: int
-
-    def __call__(self) -> None:
-        # Release.__call__ and release() in one
-        if not self.alive:
-            return
-        self.alive = False
-        objects.forget(self)
-        address = self.address
-        if self.allocations:
-            self.allocations.pop(address, None)
-        deallocations = self.deallocations
-        if deallocations.is_disabled:
-            deallocations.add_item(_free, (address, self.key), self.nbytes)
-        else:
-            _core.mem_free(address, 0, self.key)
-
-
-def _free(item: tuple[int, int]) -> None:
-    """Frees on the legacy default stream in its context (nothing when that was destroyed),
-    after the work that may still use the memory."""
-    _core.mem_free(item[0], 0, item[1])
-
-
 def is_pool_memory(gpu_data: Any) -> bool:
     """Whether ``gpu_data`` (a device array's) is, or is a view of, a live allocation made
     here."""
@@ -178,7 +131,7 @@ def is_pool_memory(gpu_data: Any) -> bool:
         release = memory._finalizer
     except (ReferenceError, AttributeError):
         return False
-    return type(release) is _PoolFree and release.alive
+    return type(release) is _core.PoolRelease and release.alive
 
 
 def set_pool_release_threshold(nbytes: int, device: int | None = None) -> None:

@@ -10,17 +10,19 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
   arrays have none);
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
   ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
-  ``_finalizer`` a ``Release``: what ``MemoryPointer.free`` uses of a ``weakref.finalize``);
+  ``_finalizer`` a ``_core.PoolRelease``: what ``MemoryPointer.free`` uses of a
+  ``weakref.finalize``);
 - ``numba_stream``, ``numba_event``: a ``Stream`` as ``Context.create_stream`` makes one,
   an ``Event`` as ``Context.create_event`` makes one;
 - ``array_view``: a ``DeviceNDArray`` over what ``gpu_data.view(begin, end)`` returns for an
   ``OwnedPointer`` (a ``MemoryPointer`` view of the owner, in a new ``OwnedPointer``).
 
 An ``OwnedPointer``'s release (numba-cuda's ``deref``: the owner's reference count down, the
-owner freed at zero) runs from a weak reference's callback, as it does under numba-cuda
-(there, a ``weakref.finalize`` that nothing else holds); it costs a tenth of a
-``weakref.finalize``. The only difference: at interpreter exit, numba-cuda runs the releases
-of views still alive; fastlaunch leaves them, as the process's memory goes with it.
+owner freed at zero) and the pool memory's release run in Rust
+(``rust/ext/src/memory/releases.rs``) from weak references' callbacks, as they do under
+numba-cuda (there, ``weakref.finalize`` objects), without a Python frame. The only
+difference: at interpreter exit, numba-cuda runs the releases of views still alive;
+fastlaunch leaves them, as the process's memory goes with it.
 
 Where an object is not in the case built here (no memory, an EMM plugin's pointer of another
 kind), the callers use numba-cuda's own constructors."""
@@ -35,6 +37,9 @@ from fastlaunch import _numba_compat as numba_cuda
 
 _new = object.__new__
 _describe_birth = _core.describe_birth
+_pool_release = _core.pool_release
+_deref_when_collected = _core.deref_when_collected
+_dict_set = dict.__setitem__
 _proxy = weakref.proxy
 _ref = weakref.ref
 
@@ -103,57 +108,25 @@ def device_ndarray(
     return array
 
 
-class Release:
-    """What ``MemoryPointer.free`` asks of the ``weakref.finalize`` numba-cuda keeps as a
-    pointer's ``_finalizer``: ``alive``, and calling it runs ``release()`` once (again:
-    nothing); the release also runs when the pointer is collected unreleased (its context
-    was reset). Half the cost of a ``weakref.finalize``; no release at interpreter exit.
-    Subclasses say what ``release`` does; ``pool_memory`` sets ``alive`` and watches the
-    pointer."""
-
-    __slots__ = ("_reference", "alive")
-
-    def __call__(self) -> Any:
-        if not self.alive:
-            return None
-        self.alive = False
-        forget(self)
-        return self.release()
-
-    def release(self) -> Any:
-        raise NotImplementedError
-
-
-#: the releases of pointers still alive, by the weak reference to each
-_pending: dict[Any, Release] = {}
-
-
-def forget(release: Release) -> None:
-    """For a subclass's ``__call__`` (which does ``Release.__call__``'s work itself): the
-    pointer's collection is not to run ``release`` any more."""
-    _pending.pop(release._reference, None)
-    release._reference = None  # (a weak reference alive still would call back for nothing)
-
-
-def _collected(reference: Any) -> None:
-    release = _pending.get(reference)
-    if release is not None:
-        release()
-
-
-def pool_memory(context: Any, address: int, nbytes: int, release: Release) -> Any:
-    """An ``AutoFreePointer`` over ``address`` owned through an ``OwnedPointer`` (what
-    ``NumbaCUDAMemoryManager.memalloc`` returns), with ``release`` as its finalizer; returns
-    ``(memory, owned)``. ``context`` is a weak proxy of numba-cuda's ``Context``."""
+def pool_memory(
+    context: Any, address: int, nbytes: int, allocations: Any, deallocations: Any, key: int
+) -> Any:
+    """An ``AutoFreePointer`` over ``address`` (pool memory of the context whose key is
+    ``key``), entered in its memory manager's ``allocations`` and owned through an
+    ``OwnedPointer`` (what ``NumbaCUDAMemoryManager.memalloc`` returns), with a
+    ``_core.PoolRelease`` as its finalizer; returns the ``OwnedPointer``. ``context`` is a
+    weak proxy of numba-cuda's ``Context``."""
     classes = _classes or kinds()
     # AutoFreePointer drops refct to 0, OwnedPointer takes it to 1
     memory = _memory_pointer(classes.AutoFreePointer, context, address, nbytes, None, True)
-    memory._finalizer = release
-    release.alive = True
-    release._reference = reference = _ref(memory, _collected)
-    _pending[reference] = release
+    memory._finalizer = release = _pool_release(
+        memory, allocations, deallocations, address, key, nbytes
+    )
     proxy = _proxy(memory)
-    return memory, _owned_pointer(proxy, proxy, release, address)
+    owned = _owned_pointer(proxy, proxy, release, address)
+    # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
+    _dict_set(allocations, address, memory)
+    return owned
 
 
 def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, shape: tuple) -> Any:
@@ -197,41 +170,18 @@ def _memory_pointer(
     return memory
 
 
-def _owned_pointer(owner: Any, view: Any, release: Release | None, address: int) -> Any:
+def _owned_pointer(owner: Any, view: Any, release: Any, address: int) -> Any:
     """``OwnedPointer(owner, view)`` with the attributes its ``__init__`` sets, in its order
     (``owner`` a weak proxy of the owning allocation, whose reference count the caller has
-    taken), its ``deref`` run by ``_deref`` when it is collected (``release``: the owner's,
-    when made here)."""
+    taken), its ``deref`` run from Rust when it is collected (``release``: the owner's
+    ``_core.PoolRelease``, when made here)."""
     classes = _classes or kinds()
     owned = _new(classes.OwnedPointer)
     owned._mem = owner
     owned._view = view
-    _owners[_ref(owned, _deref)] = (owner, release)
+    _deref_when_collected(owned, owner, release)
     owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
     return owned
-
-
-#: per live OwnedPointer made here, by the weak reference that runs its release: the owner
-#: (a weak proxy) it holds a reference on, and the owner's ``Release`` when made here
-_owners: dict[Any, Any] = {}
-
-
-def _deref(reference: Any) -> None:
-    """numba-cuda's ``deref`` of an ``OwnedPointer`` that was collected; at zero, a pool
-    pointer's ``Release`` runs here (what ``MemoryPointer.free`` does with it), any other
-    owner's ``free()`` runs."""
-    memory, release = _owners.pop(reference)
-    try:
-        count = memory.refct - 1  # (each access through the proxy costs a lookup)
-        memory.refct = count
-        assert count >= 0
-        if count == 0:
-            if release is not None and release.alive:
-                release()
-            else:
-                memory.free()  # (numba-cuda's error for memory freed already, too)
-    except ReferenceError:
-        pass
 
 
 def numba_stream(handle: int, release: Any, argument: Any) -> Any:
