@@ -93,16 +93,26 @@ impl PoolRelease {
             allocations.call_method1(intern!(py, "pop"), (self.address, py.None()))?;
         }
         let deallocations = self.deallocations.bind(py);
-        if deallocations
-            .getattr(intern!(py, "is_disabled"))?
-            .is_truthy()?
-        {
+        if is_disabled(deallocations)? {
             let item = (self.address, self.context);
             let free = deferred_free_function(py)?;
             deallocations.call_method1(intern!(py, "add_item"), (free, item, self.nbytes))?;
             return Ok(());
         }
         Ok(mem_free(py, self.address, 0, Some(self.context))?)
+    }
+}
+
+/// Whether numba-cuda's `deallocations` (a `_PendingDeallocs`) are held back by
+/// `cuda.defer_cleanup()`: its count of holds, read without its `is_disabled` property's
+/// Python frame (the property where the count is not there).
+fn is_disabled(deallocations: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = deallocations.py();
+    match deallocations.getattr(intern!(py, "_disable_count")) {
+        Ok(count) => count.is_truthy(),
+        Err(_) => deallocations
+            .getattr(intern!(py, "is_disabled"))?
+            .is_truthy(),
     }
 }
 
