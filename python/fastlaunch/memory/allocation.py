@@ -1,18 +1,17 @@
 """Device memory for numba-cuda's arrays: from the driver's stream-ordered pool, owned by a
 numba-cuda ``MemoryPointer`` built as numba-cuda's own memory manager builds its pointers, so
 views, ``OwnedPointer`` reference counts, ``cuda.close()`` and deferred deallocation
-(``cuda.defer_cleanup()``) behave as they do for numba-cuda's memory. The free
-(``_core.PoolRelease``, the pointer's finalizer) is ``_core.mem_free`` at once (through the context's deallocation queue inside
-``cuda.defer_cleanup()``): ordered on the legacy default stream (after all work on blocking
-streams), after the work on non-blocking streams since the last free
-(``rust/ext/src/memory/ordering.rs``). With an External Memory Management plugin selected,
-its ``memalloc`` allocates.
+(``cuda.defer_cleanup()``) behave as they do for numba-cuda's memory. The free (the
+pointer's finalizer, a ``_core.PoolRelease``) is ``_core.mem_free`` at once (through the
+context's deallocation queue inside ``cuda.defer_cleanup()``): ordered on the legacy default
+stream (after all work on blocking streams), after the work on non-blocking streams since
+the last free (``rust/ext/src/memory/ordering.rs``). With an External Memory Management
+plugin selected, its ``memalloc`` allocates.
 
 numba-cuda's ``Context`` is looked up once per context (by its unique id), not per call."""
 
 from __future__ import annotations
 
-import functools
 import os
 import weakref
 from typing import Any
@@ -84,7 +83,7 @@ def allocate(nbytes: int, stream_handle: int) -> tuple[Any, int | None]:
     if ctx is None:
         key, ctx = context()
     manager = ctx.memory_manager
-    if type(manager) is not _numba_memory_manager():
+    if type(manager) is not (_manager_class or _numba_memory_manager()):
         return ctx.memalloc(nbytes), None  # the user's EMM plugin allocates
     if nbytes < 0:
         raise OverflowError(f"cannot allocate a negative number of bytes ({nbytes})")
@@ -98,9 +97,43 @@ def allocate(nbytes: int, stream_handle: int) -> tuple[Any, int | None]:
     return owned, address
 
 
-@functools.cache
+def allocate_array(described: tuple, dtype: Any, stream: Any, stream_handle: int) -> Any:
+    """A ``DeviceNDArray`` of the ``objects.layout`` ``described`` (non-empty) and NumPy
+    ``dtype`` over new memory (``allocate``'s), for use on ``stream`` (whose handle is
+    ``stream_handle``); ``allocate`` and ``objects.device_ndarray`` in fewer frames."""
+    key = _core.current_context_key()
+    ctx = _contexts.get(key)
+    if ctx is None:
+        key, ctx = context()
+    manager = ctx.memory_manager
+    nbytes = described[5]
+    if type(manager) is not (_manager_class or _numba_memory_manager()):
+        gpu_data = ctx.memalloc(nbytes)  # the user's EMM plugin allocates
+        return objects.device_ndarray(described, dtype, stream, gpu_data, None)
+    try:
+        address = _core.mem_alloc(nbytes, stream_handle)
+    except CudaError as error:
+        address = _pool_alloc_again(error, nbytes, stream_handle, manager)
+    return objects.pool_array(
+        described,
+        dtype,
+        stream,
+        _proxies[key],
+        address,
+        manager.allocations,
+        manager.deallocations,
+        key,
+    )
+
+
+#: numba-cuda's own memory manager class, once looked up
+_manager_class: type | None = None
+
+
 def _numba_memory_manager() -> type:
-    return numba_cuda.cudadrv_driver().NumbaCUDAMemoryManager
+    global _manager_class
+    _manager_class = numba_cuda.cudadrv_driver().NumbaCUDAMemoryManager
+    return _manager_class
 
 
 def _pool_alloc_again(error: CudaError, nbytes: int, stream_handle: int, manager: Any) -> int:

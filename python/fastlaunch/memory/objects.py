@@ -108,6 +108,43 @@ def device_ndarray(
     return array
 
 
+def pool_array(
+    described: tuple,
+    dtype: Any,
+    stream: Any,
+    context: Any,
+    address: int,
+    allocations: Any,
+    deallocations: Any,
+    key: int,
+) -> Any:
+    """``device_ndarray`` over ``pool_memory`` (``described[5]`` bytes at ``address``): what
+    ``device_array`` makes, ``pool_memory``'s steps inline (a frame less)."""
+    classes = _classes or kinds()
+    nbytes = described[5]
+    pointer = classes.CUdeviceptr(address)
+    memory = _new(classes.AutoFreePointer)
+    memory.context = context
+    memory.device_pointer = pointer
+    memory.size = nbytes
+    memory._cuda_memsize_ = nbytes
+    memory.is_managed = True
+    memory.refct = 1  # AutoFreePointer drops it to 0, its OwnedPointer takes it to 1
+    memory.handle = pointer
+    memory._owner = None
+    memory._finalizer = release = _pool_release(
+        memory, allocations, deallocations, address, key, nbytes
+    )
+    proxy = _proxy(memory)
+    owned = _new(classes.OwnedPointer)
+    owned._mem = proxy
+    owned._view = proxy
+    _deref_when_collected(owned, proxy, release)
+    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
+    _dict_set(allocations, address, memory)
+    return device_ndarray(described, dtype, stream, owned, address)
+
+
 def pool_memory(
     context: Any, address: int, nbytes: int, allocations: Any, deallocations: Any, key: int
 ) -> Any:
@@ -115,15 +152,29 @@ def pool_memory(
     ``key``), entered in its memory manager's ``allocations`` and owned through an
     ``OwnedPointer`` (what ``NumbaCUDAMemoryManager.memalloc`` returns), with a
     ``_core.PoolRelease`` as its finalizer; returns the ``OwnedPointer``. ``context`` is a
-    weak proxy of numba-cuda's ``Context``."""
+    weak proxy of numba-cuda's ``Context``. (``pool_array`` takes the same steps inline.)"""
     classes = _classes or kinds()
-    # AutoFreePointer drops refct to 0, OwnedPointer takes it to 1
-    memory = _memory_pointer(classes.AutoFreePointer, context, address, nbytes, None, True)
+    pointer = classes.CUdeviceptr(address)
+    # the attributes AutoFreePointer.__init__ sets (MemoryPointer.__init__'s), in its order
+    memory = _new(classes.AutoFreePointer)
+    memory.context = context
+    memory.device_pointer = pointer
+    memory.size = nbytes
+    memory._cuda_memsize_ = nbytes
+    memory.is_managed = True
+    memory.refct = 1  # AutoFreePointer drops it to 0, its OwnedPointer takes it to 1
+    memory.handle = pointer
+    memory._owner = None
     memory._finalizer = release = _pool_release(
         memory, allocations, deallocations, address, key, nbytes
     )
     proxy = _proxy(memory)
-    owned = _owned_pointer(proxy, proxy, release, address)
+    # the attributes OwnedPointer.__init__ sets, in its order; its deref runs in Rust
+    owned = _new(classes.OwnedPointer)
+    owned._mem = proxy
+    owned._view = proxy
+    _deref_when_collected(owned, proxy, release)
+    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
     # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
     _dict_set(allocations, address, memory)
     return owned
@@ -133,55 +184,39 @@ def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, sh
     """``DeviceNDArray(shape, array.strides, array.dtype, array.stream,
     gpu_data=gpu_data.view(begin, end))``: what ``array[a:b]`` makes, for an ``OwnedPointer``
     ``gpu_data`` of numba-cuda's memory at ``address`` (non-null: the callers check),
-    0 <= begin <= end, and the view's ``shape`` (the array's, first extent aside)."""
+    0 <= begin <= end, and the view's ``shape`` (the array's, first extent aside). Its
+    steps inline: it is on the path of every ``d[a:b]``."""
     classes = _classes or kinds()
     view = gpu_data._view
     owner = view.owner  # the owning allocation itself (MemoryPointer.owner)
     address += begin
-    # MemoryPointer.view: a MemoryPointer of the owner ...
-    memory = _memory_pointer(
-        classes.MemoryPointer, view.context, address, end - begin, owner, False
-    )
-    # ... in an OwnedPointer, which takes a reference on the owner (counted on the owner
-    # itself: through its proxy costs twice as much)
-    owner.refct += 1
-    owned = _owned_pointer(_proxy(owner), memory, None, address)
-    dtype = array.dtype
-    described = layout(shape, array.strides, dtype.itemsize)
-    return device_ndarray(described, dtype, array.stream, owned, address)
-
-
-def _memory_pointer(
-    kind: type, context: Any, address: int, size: int, owner: Any, managed: bool
-) -> Any:
-    """A ``MemoryPointer`` (or subclass ``kind``) with the attributes
-    ``MemoryPointer.__init__`` sets, in its order (the caller sets ``_finalizer``, last, for a
-    managed one)."""
-    pointer = (_classes or kinds()).CUdeviceptr(address)
-    memory = _new(kind)
-    memory.context = context
+    size = end - begin
+    # MemoryPointer.view: a MemoryPointer of the owner (MemoryPointer.__init__'s
+    # attributes, in its order) ...
+    pointer = classes.CUdeviceptr(address)
+    memory = _new(classes.MemoryPointer)
+    memory.context = view.context
     memory.device_pointer = pointer
     memory.size = size
     memory._cuda_memsize_ = size
-    memory.is_managed = managed
+    memory.is_managed = False
     memory.refct = 1
     memory.handle = pointer
     memory._owner = owner
-    return memory
-
-
-def _owned_pointer(owner: Any, view: Any, release: Any, address: int) -> Any:
-    """``OwnedPointer(owner, view)`` with the attributes its ``__init__`` sets, in its order
-    (``owner`` a weak proxy of the owning allocation, whose reference count the caller has
-    taken), its ``deref`` run from Rust when it is collected (``release``: the owner's
-    ``_core.PoolRelease``, when made here)."""
-    classes = _classes or kinds()
+    # ... in an OwnedPointer, which takes a reference on the owner (counted on the owner
+    # itself: through its proxy costs twice as much)
+    owner.refct += 1
+    proxy = _proxy(owner)
     owned = _new(classes.OwnedPointer)
-    owned._mem = owner
-    owned._view = view
-    _deref_when_collected(owned, owner, release)
+    owned._mem = proxy
+    owned._view = memory
+    _deref_when_collected(owned, proxy)
     owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
-    return owned
+    dtype = array.dtype
+    strides = array.strides
+    itemsize = dtype.itemsize
+    described = _layouts.get((shape, strides, itemsize)) or layout(shape, strides, itemsize)
+    return device_ndarray(described, dtype, array.stream, owned, address)
 
 
 def numba_stream(handle: int, release: Any, argument: Any) -> Any:
