@@ -11,7 +11,8 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
   ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
   ``_finalizer`` a ``_core.PoolRelease``: what ``MemoryPointer.free`` uses of a
-  ``weakref.finalize``);
+  ``weakref.finalize``); ``pool_array``: a ``DeviceNDArray`` over new ``pool_memory``, its
+  steps inline (what ``device_array`` and ``to_device`` make);
 - ``numba_stream``, ``numba_event``: a ``Stream`` as ``Context.create_stream`` makes one,
   an ``Event`` as ``Context.create_event`` makes one;
 - ``array_view``: a ``DeviceNDArray`` over what ``gpu_data.view(begin, end)`` returns for an
