@@ -302,6 +302,39 @@ print(len(results) > 100, all(results), results.count(False))
     assert lines == ["True True 0"]
 
 
+def test_reshapes_kept_per_dummy_array_are_numba_cudas_own(run_on_stand_in):
+    """`reshape` keeps numba-cuda's dummy-array answer per layout, shape and order: asked
+    again (the kept answer) it still gives numba-cuda's view; extents that are not all int,
+    and reshapes that need a copy, are numba-cuda's each time."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from fastlaunch.memory import views
+original = DeviceNDArray.reshape
+base = fl.to_device(np.arange(24.0).reshape(4, 6))
+strided = base._do_getitem((slice(None), slice(None, None, 2)))
+results = []
+for args, kws in [((6, 4), {}), ((-1,), {}), ((2, -1, 3), {}), (([3, 8],), {}),
+                  ((6, 4), {"order": "F"}), ((np.int64(8), 3), {}), ((24,), {"order": "A"})]:
+    for _ in range(2):
+        ours, theirs = views.reshape(base, *args, **kws), original(base, *args, **kws)
+        results.append(
+            (ours.shape, ours.strides, ours._dummy is theirs._dummy)
+            == (theirs.shape, theirs.strides, True)
+            and type(ours.shape[0]) is type(theirs.shape[0])
+        )
+errors = []
+for _ in range(2):
+    try:
+        views.reshape(strided, 12)
+    except NotImplementedError as error:
+        errors.append(str(error))
+print(all(results), len(results), errors)
+"""
+    )
+    assert lines == ["True 14 ['operation requires copying', 'operation requires copying']"]
+
+
 def test_frees_follow_the_work_on_non_blocking_streams(run_on_stand_in):
     """The free of pool memory (on the legacy stream) waits for an event recorded after the
     allocation and the copies on each non-blocking stream since the last free, never on a

@@ -65,6 +65,10 @@ __all__ = [
     "settle_legacy_work",
     "mem_alloc",
     "mem_free",
+    "PoolRelease",
+    "OwnerDeref",
+    "pool_release",
+    "deref_when_collected",
     "copy_to_device",
     "copy_to_host",
     "copy_device",
@@ -392,6 +396,41 @@ def mem_free(pointer: int, stream: int = 0, context: int | None = None) -> None:
     """Frees ``pointer`` on ``stream``, after all work already enqueued there and the work on
     non-blocking streams since the last free, in the context whose key is ``context``
     (nothing, when it was destroyed since)."""
+
+@final
+class PoolRelease:
+    """The finalizer of an ``AutoFreePointer`` over pool memory (``pool_release``): what
+    ``MemoryPointer.free`` asks of numba-cuda's ``weakref.finalize``."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether the memory is still to be released."""
+
+    def __call__(self, _collected: Any = None) -> None:
+        """Releases the memory, once (again: nothing): out of the manager's ``allocations``,
+        freed at once, or queued in its ``deallocations`` while ``cuda.defer_cleanup()``
+        holds them."""
+
+@final
+class OwnerDeref:
+    """numba-cuda's ``deref`` of one ``OwnedPointer`` (``deref_when_collected``), the
+    callback of a weak reference to it."""
+
+    def __call__(self, _collected: Any) -> None: ...
+
+def pool_release(
+    memory: Any, allocations: Any, deallocations: Any, address: int, context: int, nbytes: int
+) -> PoolRelease:
+    """The finalizer of ``memory``, an ``AutoFreePointer`` over ``nbytes`` of pool memory at
+    ``address`` in the context whose key is ``context``, entered in the memory manager's
+    ``allocations``: it releases the memory when called, or when ``memory`` is collected
+    unreleased."""
+
+def deref_when_collected(owned: Any, owner: Any, release: PoolRelease | None = None) -> None:
+    """Runs numba-cuda's ``deref`` of ``owned`` (an ``OwnedPointer`` holding a reference on
+    ``owner``, a weak proxy of the owning allocation) when ``owned`` is collected: the
+    owner's reference count down and, at zero, ``release`` (the owner's, where it is pool
+    memory) or the owner's ``free()``."""
 
 def copy_to_device(pointer: int, host: Any, stream: int = 0, nbytes: int | None = None) -> None:
     """Copies a contiguous host buffer to ``pointer``; returns once the host bytes are taken."""

@@ -1,18 +1,17 @@
 """Device memory for numba-cuda's arrays: from the driver's stream-ordered pool, owned by a
 numba-cuda ``MemoryPointer`` built as numba-cuda's own memory manager builds its pointers, so
 views, ``OwnedPointer`` reference counts, ``cuda.close()`` and deferred deallocation
-(``cuda.defer_cleanup()``) behave as they do for numba-cuda's memory. The free is
-``_core.mem_free`` at once (through the context's deallocation queue inside
-``cuda.defer_cleanup()``): ordered on the legacy default stream (after all work on blocking
-streams), after the work on non-blocking streams since the last free
-(``rust/ext/src/memory/ordering.rs``). With an External Memory Management plugin selected,
-its ``memalloc`` allocates.
+(``cuda.defer_cleanup()``) behave as they do for numba-cuda's memory. The free (the
+pointer's finalizer, a ``_core.PoolRelease``) is ``_core.mem_free`` at once (through the
+context's deallocation queue inside ``cuda.defer_cleanup()``): ordered on the legacy default
+stream (after all work on blocking streams), after the work on non-blocking streams since
+the last free (``rust/ext/src/memory/ordering.rs``). With an External Memory Management
+plugin selected, its ``memalloc`` allocates.
 
 numba-cuda's ``Context`` is looked up once per context (by its unique id), not per call."""
 
 from __future__ import annotations
 
-import functools
 import os
 import weakref
 from typing import Any
@@ -26,8 +25,6 @@ from fastlaunch.memory import objects
 #: (what numba-cuda's memory pointers hold)
 _contexts: dict[int, Any] = {}
 _proxies: dict[int, Any] = {}
-_dict_set = dict.__setitem__
-_new = object.__new__
 
 
 #: the release threshold set on fastlaunch's own pool (one per context, never the device's
@@ -86,7 +83,7 @@ def allocate(nbytes: int, stream_handle: int) -> tuple[Any, int | None]:
     if ctx is None:
         key, ctx = context()
     manager = ctx.memory_manager
-    if type(manager) is not _numba_memory_manager():
+    if type(manager) is not (_manager_class or _numba_memory_manager()):
         return ctx.memalloc(nbytes), None  # the user's EMM plugin allocates
     if nbytes < 0:
         raise OverflowError(f"cannot allocate a negative number of bytes ({nbytes})")
@@ -94,22 +91,49 @@ def allocate(nbytes: int, stream_handle: int) -> tuple[Any, int | None]:
         address = _core.mem_alloc(nbytes, stream_handle)
     except CudaError as error:
         address = _pool_alloc_again(error, nbytes, stream_handle, manager)
-    allocations = manager.allocations
-    release = _new(_PoolFree)  # (its __init__, inline)
-    release.allocations = allocations
-    release.deallocations = manager.deallocations
-    release.address = address
-    release.key = key
-    release.nbytes = nbytes
-    memory, owned = objects.pool_memory(_proxies[key], address, nbytes, release)
-    # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
-    _dict_set(allocations, address, memory)
+    owned = objects.pool_memory(
+        _proxies[key], address, nbytes, manager.allocations, manager.deallocations, key
+    )
     return owned, address
 
 
-@functools.cache
+def allocate_array(described: tuple, dtype: Any, stream: Any, stream_handle: int) -> Any:
+    """A ``DeviceNDArray`` of the ``objects.layout`` ``described`` (non-empty) and NumPy
+    ``dtype`` over new memory (``allocate``'s), for use on ``stream`` (whose handle is
+    ``stream_handle``); ``allocate`` and ``objects.device_ndarray`` in fewer frames."""
+    key = _core.current_context_key()
+    ctx = _contexts.get(key)
+    if ctx is None:
+        key, ctx = context()
+    manager = ctx.memory_manager
+    nbytes = described[5]
+    if type(manager) is not (_manager_class or _numba_memory_manager()):
+        gpu_data = ctx.memalloc(nbytes)  # the user's EMM plugin allocates
+        return objects.device_ndarray(described, dtype, stream, gpu_data, None)
+    try:
+        address = _core.mem_alloc(nbytes, stream_handle)
+    except CudaError as error:
+        address = _pool_alloc_again(error, nbytes, stream_handle, manager)
+    return objects.pool_array(
+        described,
+        dtype,
+        stream,
+        _proxies[key],
+        address,
+        manager.allocations,
+        manager.deallocations,
+        key,
+    )
+
+
+#: numba-cuda's own memory manager class, once looked up
+_manager_class: type | None = None
+
+
 def _numba_memory_manager() -> type:
-    return numba_cuda.cudadrv_driver().NumbaCUDAMemoryManager
+    global _manager_class
+    _manager_class = numba_cuda.cudadrv_driver().NumbaCUDAMemoryManager
+    return _manager_class
 
 
 def _pool_alloc_again(error: CudaError, nbytes: int, stream_handle: int, manager: Any) -> int:
@@ -130,44 +154,6 @@ def _pool_alloc_again(error: CudaError, nbytes: int, stream_handle: int, manager
         raise numba_cuda.cuda_api_error(code, message) from None
 
 
-class _PoolFree(objects.Release):
-    """numba-cuda's ``_alloc_finalizer`` for pool memory. A stream-ordered free needs no
-    deferral (it is ordered after every use on the GPU): it is made at once, unless
-    ``cuda.defer_cleanup()`` holds the context's deallocation queue, where it then waits as
-    numba-cuda's own frees do."""
-
-    __slots__ = ("address", "allocations", "deallocations", "key", "nbytes")
-
-    #: set by ``allocate``: the manager's ``allocations`` and ``deallocations``, the pool
-    #: address, its context's key, its size
-    allocations: Any
-    deallocations: Any
-    address: int
-    key: int
-    nbytes: int
-
-    def __call__(self) -> None:
-        # Release.__call__ and release() in one
-        if not self.alive:
-            return
-        self.alive = False
-        objects.forget(self)
-        address = self.address
-        if self.allocations:
-            self.allocations.pop(address, None)
-        deallocations = self.deallocations
-        if deallocations.is_disabled:
-            deallocations.add_item(_free, (address, self.key), self.nbytes)
-        else:
-            _core.mem_free(address, 0, self.key)
-
-
-def _free(item: tuple[int, int]) -> None:
-    """Frees on the legacy default stream in its context (nothing when that was destroyed),
-    after the work that may still use the memory."""
-    _core.mem_free(item[0], 0, item[1])
-
-
 def is_pool_memory(gpu_data: Any) -> bool:
     """Whether ``gpu_data`` (a device array's) is, or is a view of, a live allocation made
     here."""
@@ -178,7 +164,7 @@ def is_pool_memory(gpu_data: Any) -> bool:
         release = memory._finalizer
     except (ReferenceError, AttributeError):
         return False
-    return type(release) is _PoolFree and release.alive
+    return type(release) is _core.PoolRelease and release.alive
 
 
 def set_pool_release_threshold(nbytes: int, device: int | None = None) -> None:

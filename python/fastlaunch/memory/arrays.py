@@ -14,7 +14,7 @@ from typing import Any
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.memory import objects
-from fastlaunch.memory.allocation import allocate, context
+from fastlaunch.memory.allocation import allocate, allocate_array, context
 from fastlaunch.memory.transfers import stream_handle
 
 
@@ -25,15 +25,17 @@ def device_array(
     if strides is None and type(order) is str:
         found = _contiguous_layout(shape, order, dtype)
         if found is not None:
-            dtype, described = found
-            gpu_data, address = allocate(described[5], stream_handle(stream))
-            return objects.device_ndarray(described, dtype, stream, gpu_data, address)
+            handle = stream_handle(stream) if stream else 0
+            return allocate_array(found[1], found[0], stream, handle)
     shape, strides, dtype = numba_cuda.prepare_shape_strides_dtype(shape, strides, dtype, order)
     return new_device_array(shape, strides, dtype, stream, "shape")
 
 
 #: per (shape, itemsize, order) of a contiguous array: its ``objects.layout``
 _contiguous: dict[tuple, tuple] = {}
+#: per (shape, dtype, order) arguments of a contiguous array whose dtype is a name or a
+#: scalar type (which always give the same dtype): what ``_contiguous_layout`` returns
+_arguments: dict[tuple, tuple] = {}
 #: per dtype argument (a name or a scalar type): NumPy's dtype for it
 _dtypes: dict[Any, Any] = {}
 
@@ -52,9 +54,15 @@ def _contiguous_layout(shape: Any, order: str, dtype: Any) -> tuple | None:
                 return None
     else:
         return None
+    named = type(dtype) is str or type(dtype) is type
+    if named:
+        # (a name and a type never compare equal, nor do an int and a tuple: the key is exact)
+        found = _arguments.get((shape, dtype, order))
+        if found is not None:
+            return found
     if order != "C" and order != "F":
         return None
-    if type(dtype) is str or type(dtype) is type:
+    if named:
         np_dtype = _dtypes.get(dtype)
         if np_dtype is None:
             np_dtype = _numpy_dtype(dtype)
@@ -69,7 +77,10 @@ def _contiguous_layout(shape: Any, order: str, dtype: Any) -> tuple | None:
         extents = (shape,) if type(shape) is int else shape
         strides = _contiguous_strides(extents, itemsize, order)
         described = _contiguous[key] = objects.layout(extents, strides, itemsize)
-    return np_dtype, described  # the very tuple: describe_birth knows its arrays by it
+    found = (np_dtype, described)  # the very tuple: describe_birth knows its arrays by it
+    if named:
+        _arguments[shape, dtype, order] = found
+    return found
 
 
 def _numpy_dtype(dtype: Any) -> Any:
@@ -107,8 +118,7 @@ def new_device_array(shape: Any, strides: Any, dtype: Any, stream: Any, argument
     caller's argument in errors)."""
     if _plain_layout(shape, strides):
         described = objects.layout(shape, strides, dtype.itemsize)
-        gpu_data, address = allocate(described[5], stream_handle(stream))
-        return objects.device_ndarray(described, dtype, stream, gpu_data, address)
+        return allocate_array(described, dtype, stream, stream_handle(stream))
     # empty, negative or unusual shapes: numba-cuda's constructor, over memory from the pool
     _require_integer_extents(shape)
     nbytes = _extent(shape, strides, dtype.itemsize)

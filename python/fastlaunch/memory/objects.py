@@ -10,17 +10,20 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
   arrays have none);
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
   ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
-  ``_finalizer`` a ``Release``: what ``MemoryPointer.free`` uses of a ``weakref.finalize``);
+  ``_finalizer`` a ``_core.PoolRelease``: what ``MemoryPointer.free`` uses of a
+  ``weakref.finalize``); ``pool_array``: a ``DeviceNDArray`` over new ``pool_memory``, its
+  steps inline (what ``device_array`` and ``to_device`` make);
 - ``numba_stream``, ``numba_event``: a ``Stream`` as ``Context.create_stream`` makes one,
   an ``Event`` as ``Context.create_event`` makes one;
 - ``array_view``: a ``DeviceNDArray`` over what ``gpu_data.view(begin, end)`` returns for an
   ``OwnedPointer`` (a ``MemoryPointer`` view of the owner, in a new ``OwnedPointer``).
 
 An ``OwnedPointer``'s release (numba-cuda's ``deref``: the owner's reference count down, the
-owner freed at zero) runs from a weak reference's callback, as it does under numba-cuda
-(there, a ``weakref.finalize`` that nothing else holds); it costs a tenth of a
-``weakref.finalize``. The only difference: at interpreter exit, numba-cuda runs the releases
-of views still alive; fastlaunch leaves them, as the process's memory goes with it.
+owner freed at zero) and the pool memory's release run in Rust
+(``rust/ext/src/memory/releases.rs``) from weak references' callbacks, as they do under
+numba-cuda (there, ``weakref.finalize`` objects), without a Python frame. The only
+difference: at interpreter exit, numba-cuda runs the releases of views still alive;
+fastlaunch leaves them, as the process's memory goes with it.
 
 Where an object is not in the case built here (no memory, an EMM plugin's pointer of another
 kind), the callers use numba-cuda's own constructors."""
@@ -35,6 +38,9 @@ from fastlaunch import _numba_compat as numba_cuda
 
 _new = object.__new__
 _describe_birth = _core.describe_birth
+_pool_release = _core.pool_release
+_deref_when_collected = _core.deref_when_collected
+_dict_set = dict.__setitem__
 _proxy = weakref.proxy
 _ref = weakref.ref
 
@@ -103,135 +109,115 @@ def device_ndarray(
     return array
 
 
-class Release:
-    """What ``MemoryPointer.free`` asks of the ``weakref.finalize`` numba-cuda keeps as a
-    pointer's ``_finalizer``: ``alive``, and calling it runs ``release()`` once (again:
-    nothing); the release also runs when the pointer is collected unreleased (its context
-    was reset). Half the cost of a ``weakref.finalize``; no release at interpreter exit.
-    Subclasses say what ``release`` does; ``pool_memory`` sets ``alive`` and watches the
-    pointer."""
-
-    __slots__ = ("_reference", "alive")
-
-    def __call__(self) -> Any:
-        if not self.alive:
-            return None
-        self.alive = False
-        forget(self)
-        return self.release()
-
-    def release(self) -> Any:
-        raise NotImplementedError
-
-
-#: the releases of pointers still alive, by the weak reference to each
-_pending: dict[Any, Release] = {}
-
-
-def forget(release: Release) -> None:
-    """For a subclass's ``__call__`` (which does ``Release.__call__``'s work itself): the
-    pointer's collection is not to run ``release`` any more."""
-    _pending.pop(release._reference, None)
-    release._reference = None  # (a weak reference alive still would call back for nothing)
-
-
-def _collected(reference: Any) -> None:
-    release = _pending.get(reference)
-    if release is not None:
-        release()
-
-
-def pool_memory(context: Any, address: int, nbytes: int, release: Release) -> Any:
-    """An ``AutoFreePointer`` over ``address`` owned through an ``OwnedPointer`` (what
-    ``NumbaCUDAMemoryManager.memalloc`` returns), with ``release`` as its finalizer; returns
-    ``(memory, owned)``. ``context`` is a weak proxy of numba-cuda's ``Context``."""
+def pool_array(
+    described: tuple,
+    dtype: Any,
+    stream: Any,
+    context: Any,
+    address: int,
+    allocations: Any,
+    deallocations: Any,
+    key: int,
+) -> Any:
+    """``device_ndarray`` over ``pool_memory`` (``described[5]`` bytes at ``address``): what
+    ``device_array`` makes, ``pool_memory``'s steps inline (a frame less)."""
     classes = _classes or kinds()
-    # AutoFreePointer drops refct to 0, OwnedPointer takes it to 1
-    memory = _memory_pointer(classes.AutoFreePointer, context, address, nbytes, None, True)
-    memory._finalizer = release
-    release.alive = True
-    release._reference = reference = _ref(memory, _collected)
-    _pending[reference] = release
+    nbytes = described[5]
+    pointer = classes.CUdeviceptr(address)
+    memory = _new(classes.AutoFreePointer)
+    memory.context = context
+    memory.device_pointer = pointer
+    memory.size = nbytes
+    memory._cuda_memsize_ = nbytes
+    memory.is_managed = True
+    memory.refct = 1  # AutoFreePointer drops it to 0, its OwnedPointer takes it to 1
+    memory.handle = pointer
+    memory._owner = None
+    memory._finalizer = release = _pool_release(
+        memory, allocations, deallocations, address, key, nbytes
+    )
     proxy = _proxy(memory)
-    return memory, _owned_pointer(proxy, proxy, release, address)
+    owned = _new(classes.OwnedPointer)
+    owned._mem = proxy
+    owned._view = proxy
+    _deref_when_collected(owned, proxy, release)
+    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
+    _dict_set(allocations, address, memory)
+    return device_ndarray(described, dtype, stream, owned, address)
+
+
+def pool_memory(
+    context: Any, address: int, nbytes: int, allocations: Any, deallocations: Any, key: int
+) -> Any:
+    """An ``AutoFreePointer`` over ``address`` (pool memory of the context whose key is
+    ``key``), entered in its memory manager's ``allocations`` and owned through an
+    ``OwnedPointer`` (what ``NumbaCUDAMemoryManager.memalloc`` returns), with a
+    ``_core.PoolRelease`` as its finalizer; returns the ``OwnedPointer``. ``context`` is a
+    weak proxy of numba-cuda's ``Context``. (``pool_array`` takes the same steps inline.)"""
+    classes = _classes or kinds()
+    pointer = classes.CUdeviceptr(address)
+    # the attributes AutoFreePointer.__init__ sets (MemoryPointer.__init__'s), in its order
+    memory = _new(classes.AutoFreePointer)
+    memory.context = context
+    memory.device_pointer = pointer
+    memory.size = nbytes
+    memory._cuda_memsize_ = nbytes
+    memory.is_managed = True
+    memory.refct = 1  # AutoFreePointer drops it to 0, its OwnedPointer takes it to 1
+    memory.handle = pointer
+    memory._owner = None
+    memory._finalizer = release = _pool_release(
+        memory, allocations, deallocations, address, key, nbytes
+    )
+    proxy = _proxy(memory)
+    # the attributes OwnedPointer.__init__ sets, in its order; its deref runs in Rust
+    owned = _new(classes.OwnedPointer)
+    owned._mem = proxy
+    owned._view = proxy
+    _deref_when_collected(owned, proxy, release)
+    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
+    # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
+    _dict_set(allocations, address, memory)
+    return owned
 
 
 def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, shape: tuple) -> Any:
     """``DeviceNDArray(shape, array.strides, array.dtype, array.stream,
     gpu_data=gpu_data.view(begin, end))``: what ``array[a:b]`` makes, for an ``OwnedPointer``
     ``gpu_data`` of numba-cuda's memory at ``address`` (non-null: the callers check),
-    0 <= begin <= end, and the view's ``shape`` (the array's, first extent aside)."""
+    0 <= begin <= end, and the view's ``shape`` (the array's, first extent aside). Its
+    steps inline: it is on the path of every ``d[a:b]``."""
     classes = _classes or kinds()
     view = gpu_data._view
     owner = view.owner  # the owning allocation itself (MemoryPointer.owner)
     address += begin
-    # MemoryPointer.view: a MemoryPointer of the owner ...
-    memory = _memory_pointer(
-        classes.MemoryPointer, view.context, address, end - begin, owner, False
-    )
-    # ... in an OwnedPointer, which takes a reference on the owner (counted on the owner
-    # itself: through its proxy costs twice as much)
-    owner.refct += 1
-    owned = _owned_pointer(_proxy(owner), memory, None, address)
-    dtype = array.dtype
-    described = layout(shape, array.strides, dtype.itemsize)
-    return device_ndarray(described, dtype, array.stream, owned, address)
-
-
-def _memory_pointer(
-    kind: type, context: Any, address: int, size: int, owner: Any, managed: bool
-) -> Any:
-    """A ``MemoryPointer`` (or subclass ``kind``) with the attributes
-    ``MemoryPointer.__init__`` sets, in its order (the caller sets ``_finalizer``, last, for a
-    managed one)."""
-    pointer = (_classes or kinds()).CUdeviceptr(address)
-    memory = _new(kind)
-    memory.context = context
+    size = end - begin
+    # MemoryPointer.view: a MemoryPointer of the owner (MemoryPointer.__init__'s
+    # attributes, in its order) ...
+    pointer = classes.CUdeviceptr(address)
+    memory = _new(classes.MemoryPointer)
+    memory.context = view.context
     memory.device_pointer = pointer
     memory.size = size
     memory._cuda_memsize_ = size
-    memory.is_managed = managed
+    memory.is_managed = False
     memory.refct = 1
     memory.handle = pointer
     memory._owner = owner
-    return memory
-
-
-def _owned_pointer(owner: Any, view: Any, release: Release | None, address: int) -> Any:
-    """``OwnedPointer(owner, view)`` with the attributes its ``__init__`` sets, in its order
-    (``owner`` a weak proxy of the owning allocation, whose reference count the caller has
-    taken), its ``deref`` run by ``_deref`` when it is collected (``release``: the owner's,
-    when made here)."""
-    classes = _classes or kinds()
+    # ... in an OwnedPointer, which takes a reference on the owner (counted on the owner
+    # itself: through its proxy costs twice as much)
+    owner.refct += 1
+    proxy = _proxy(owner)
     owned = _new(classes.OwnedPointer)
-    owned._mem = owner
-    owned._view = view
-    _owners[_ref(owned, _deref)] = (owner, release)
+    owned._mem = proxy
+    owned._view = memory
+    _deref_when_collected(owned, proxy)
     owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
-    return owned
-
-
-#: per live OwnedPointer made here, by the weak reference that runs its release: the owner
-#: (a weak proxy) it holds a reference on, and the owner's ``Release`` when made here
-_owners: dict[Any, Any] = {}
-
-
-def _deref(reference: Any) -> None:
-    """numba-cuda's ``deref`` of an ``OwnedPointer`` that was collected; at zero, a pool
-    pointer's ``Release`` runs here (what ``MemoryPointer.free`` does with it), any other
-    owner's ``free()`` runs."""
-    memory, release = _owners.pop(reference)
-    try:
-        count = memory.refct - 1  # (each access through the proxy costs a lookup)
-        memory.refct = count
-        assert count >= 0
-        if count == 0:
-            if release is not None and release.alive:
-                release()
-            else:
-                memory.free()  # (numba-cuda's error for memory freed already, too)
-    except ReferenceError:
-        pass
+    dtype = array.dtype
+    strides = array.strides
+    itemsize = dtype.itemsize
+    described = _layouts.get((shape, strides, itemsize)) or layout(shape, strides, itemsize)
+    return device_ndarray(described, dtype, array.stream, owned, address)
 
 
 def numba_stream(handle: int, release: Any, argument: Any) -> Any:

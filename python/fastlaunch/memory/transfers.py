@@ -21,7 +21,7 @@ from typing import Any
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.memory import objects, views
-from fastlaunch.memory.allocation import allocate
+from fastlaunch.memory.allocation import allocate_array
 from fastlaunch.memory.originals import original
 
 #: dtype kinds whose arrays export their bytes through the buffer protocol
@@ -82,12 +82,9 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
         return device_array_class(shape, obj.strides, obj.dtype, stream=stream)
     dtype = obj.dtype
     described = objects.layout(shape, obj.strides, dtype.itemsize)
-    gpu_data, address = allocate(described[5], handle)
-    array = objects.device_ndarray(described, dtype, stream, gpu_data, address)
+    array = allocate_array(described, dtype, stream, handle)
     if copy:
-        if address is None:
-            address = gpu_data.device_ctypes_pointer.value
-        _core.copy_to_device(address, source, handle)
+        _core.copy_to_device(array.gpu_data.device_ctypes_pointer.value, source, handle)
     return array
 
 

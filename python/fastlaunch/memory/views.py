@@ -80,10 +80,28 @@ def reshape(self: Any, *newshape: Any, **kws: Any) -> Any:
     if newshape == self.shape:  # numba-cuda's reshape gives its view no stream
         return _view_of(self, self.shape, self.strides, 0)
     dummy = self._dummy
+    # numba-cuda's dummy array reshapes in Python (most of a reshape's cost): its answer for
+    # extents that are all int and no keyword but "order" is kept per dummy array (which
+    # numba-cuda keeps one of per layout), shape and order
+    key = None
+    if (not kws or (len(kws) == 1 and type(kws.get("order")) is str)) and all(
+        type(n) is int for n in newshape
+    ):
+        key = (dummy, tuple(newshape), kws.get("order"))
+        found = _reshapes.get(key)
+        if found is not None:
+            return _view_of(self, found[0], found[1], 0)
     newarr, extents = dummy.reshape(*newshape, **kws)
     if extents == [dummy.extent]:
+        if key is not None:
+            _reshapes[key] = (newarr.shape, newarr.strides)
         return _view_of(self, newarr.shape, newarr.strides, 0)
     raise NotImplementedError("operation requires copying")
+
+
+#: per (dummy array, new shape, order keyword) of a reshape made without a copy: the view's
+#: (shape, strides), as numba-cuda's dummy array computes them
+_reshapes: dict[tuple, tuple] = {}
 
 
 def ravel(self: Any, order: str = "C", stream: Any = 0) -> Any:

@@ -94,6 +94,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::current_context_key, m)?)?;
     m.add_function(wrap_pyfunction!(memory::mem_alloc, m)?)?;
     m.add_function(wrap_pyfunction!(memory::mem_free, m)?)?;
+    m.add_class::<memory::PoolRelease>()?;
+    m.add_class::<memory::OwnerDeref>()?;
+    m.add_function(wrap_pyfunction!(memory::pool_release, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::deref_when_collected, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_device, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_host, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_device, m)?)?;

@@ -2,7 +2,8 @@
 //! layer: allocations from a stream-ordered pool of fastlaunch's own and their stream-ordered
 //! frees (`pool.rs`), copies between host buffers and the device through pinned staging
 //! (`transfers.rs`), pinned host memory (`pinned.rs`), streams and events by raw handle
-//! (`handles.rs`). `python/fastlaunch/memory/` builds numba-cuda's objects over these.
+//! (`handles.rs`), the releases of numba-cuda's pointers over pool memory (`releases.rs`).
+//! `python/fastlaunch/memory/` builds numba-cuda's objects over these.
 //!
 //! Every call works in the thread's current context (device 0's primary context when none
 //! is current, as launches do). What a context needs for it ([`ContextMemory`]) is made on
@@ -19,6 +20,7 @@ mod handles;
 mod ordering;
 mod pinned;
 mod pool;
+mod releases;
 mod stream_ordering;
 mod transfers;
 
@@ -39,6 +41,7 @@ pub(crate) use pool::{
     context_key, current_context_key, mem_alloc, mem_free, pool_release_threshold, pool_trim,
     pool_usage, set_pool_release_threshold,
 };
+pub(crate) use releases::{deref_when_collected, pool_release, OwnerDeref, PoolRelease};
 pub(crate) use transfers::{
     copy_device, copy_to_device, copy_to_host, fetch_to_host, memset, stage_to_device,
 };

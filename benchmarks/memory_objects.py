@@ -1,0 +1,97 @@
+"""The host cost of numba-cuda's array objects built by fastlaunch, timed without a GPU against
+the stand-in driver (``tests/stand_in_driver/fake_cuda.c``): each case makes an array (or a
+view) and drops it, so that its release runs too. The stand-in's allocation and free cost
+next to nothing, so ``_core.mem_alloc`` + ``mem_free`` is the floor: the rest is the Python
+objects numba-cuda's arrays are made of (``DeviceNDArray``, ``OwnedPointer``,
+``AutoFreePointer``) and their releases (``fastlaunch/memory/objects.py``).
+
+numba-cuda cannot make its own context without a GPU: a stand-in ``Context`` with numba-cuda's
+own memory manager is registered, as ``tests/test_cpu_memory_api.py`` does.
+
+    python benchmarks/memory_objects.py [--loops 200000] [--repeats 5]
+
+Each figure is the minimum over the repeats of the mean per call, in microseconds. To compare
+with another checkout, put its ``python`` folder (with its built ``_core``) first on
+``PYTHONPATH``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import timeit
+import weakref
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.cpu_profile import fake_driver  # noqa: E402
+
+
+def stand_in_context() -> None:
+    """Registers a stand-in for numba-cuda's ``Context`` (its memory manager numba-cuda's)
+    as the current context's, where ``fastlaunch.memory.allocation`` looks it up."""
+    import logging
+
+    from numba.cuda.cudadrv import driver as numba_driver
+
+    from fastlaunch import _core
+    from fastlaunch.memory import allocation
+
+    numba_driver._logger = logging.getLogger("numba.cuda.cudadrv.driver")  # set by its init
+
+    class StandInContext:
+        def __init__(self) -> None:
+            self.memory_manager = numba_driver.NumbaCUDAMemoryManager(context=self)
+            self.deallocations = self.memory_manager.deallocations
+
+    context = StandInContext()
+    key = _core.context_key()
+    allocation._contexts[key] = context
+    allocation._proxies[key] = weakref.proxy(context)
+    stand_in_context.kept = context  # type: ignore[attr-defined]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--loops", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    arguments = parser.parse_args()
+    if os.environ.get("FASTLAUNCH_CUDA_DRIVER") is None:
+        os.environ["FASTLAUNCH_CUDA_DRIVER"] = fake_driver()
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+
+    import numpy as np
+
+    import fastlaunch as fl
+    from fastlaunch import _core
+    from fastlaunch.memory import transfers, views
+
+    assert fl.is_available(), _core.unavailable_reason()
+    stand_in_context()
+    key = _core.context_key()
+    d = fl.device_array(8192, dtype=np.float32)
+    host = np.arange(8192, dtype=np.float32)  # 32 KiB
+    names = {
+        "fl": fl, "np": np, "_core": _core, "views": views, "transfers": transfers, "d": d,
+        "host": host, "key": key, "whole": slice(1, -1),
+    }  # fmt: skip
+    cases = [
+        ("_core.mem_alloc + mem_free (floor)", "_core.mem_free(_core.mem_alloc(32768, 0), 0, key)"),
+        ("device_array(8192, float32) + release", "fl.device_array(8192, dtype=np.float32)"),
+        ("device_array((64, 128), float32) + release", "fl.device_array((64, 128), np.float32)"),
+        ("to_device(32 KiB float32) + release", "transfers.to_device(host)"),
+        ("views.getitem(d, slice(1, -1)) + release", "views.getitem(d, whole)"),
+        ("views.reshape(d, 64, 128) + release", "views.reshape(d, 64, 128)"),
+    ]
+    print(f"{'case':44} {'us/call':>8}")
+    for name, statement in cases:
+        timer = timeit.Timer(statement, globals=names)
+        timer.timeit(1000)  # warm: layouts, dtypes and the context looked up once
+        best = min(timer.repeat(arguments.repeats, arguments.loops)) / arguments.loops
+        print(f"{name:44} {best * 1e6:8.3f}")
+    _core.stream_synchronize(0)
+
+
+if __name__ == "__main__":
+    main()
