@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import subprocess
 import sys
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,24 +60,15 @@ def _makers() -> tuple[dict[str, Callable[[], Any]], Callable[[int], Any]]:
     import fastlaunch as fl
     from fastlaunch import _core
     from fastlaunch.dispatcher import numba_type
-    from fastlaunch.memory import allocation
 
     sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO))
     import exchange_tensors
     import stand_in_cupy
 
-    numba_driver._logger = logging.getLogger("numba.cuda.cudadrv.driver")  # set by its init
+    from benchmarks.memory_objects import stand_in_context
 
-    class StandInContext:
-        """numba-cuda's Context, as far as fastlaunch.memory uses it."""
-
-        def __init__(self) -> None:
-            self.memory_manager = numba_driver.NumbaCUDAMemoryManager(context=self)
-            self.deallocations = self.memory_manager.deallocations
-
-    context = StandInContext()
-    allocation._contexts[_core.context_key()] = context
-    allocation._proxies[_core.context_key()] = weakref.proxy(context)
+    stand_in_context()
 
     cp = stand_in_cupy.fake_cupy()
     sys.modules["cupy"], sys.modules["cupy.cuda"] = cp, cp.cuda

@@ -11,8 +11,8 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
   ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
   ``_finalizer`` a ``_core.PoolRelease``: what ``MemoryPointer.free`` uses of a
-  ``weakref.finalize``); ``pool_array``: a ``DeviceNDArray`` over new ``pool_memory``, its
-  steps inline (what ``device_array`` and ``to_device`` make);
+  ``weakref.finalize``); ``pool_array``: a ``DeviceNDArray`` over new ``pool_memory``
+  (what ``device_array`` and ``to_device`` make);
 - ``numba_stream``, ``numba_event``: a ``Stream`` as ``Context.create_stream`` makes one,
   an ``Event`` as ``Context.create_event`` makes one;
 - ``array_view``: a ``DeviceNDArray`` over what ``gpu_data.view(begin, end)`` returns for an
@@ -120,29 +120,8 @@ def pool_array(
     key: int,
 ) -> Any:
     """``device_ndarray`` over ``pool_memory`` (``described[5]`` bytes at ``address``): what
-    ``device_array`` makes, ``pool_memory``'s steps inline (a frame less)."""
-    classes = _classes or kinds()
-    nbytes = described[5]
-    pointer = classes.CUdeviceptr(address)
-    memory = _new(classes.AutoFreePointer)
-    memory.context = context
-    memory.device_pointer = pointer
-    memory.size = nbytes
-    memory._cuda_memsize_ = nbytes
-    memory.is_managed = True
-    memory.refct = 1  # AutoFreePointer drops it to 0, its OwnedPointer takes it to 1
-    memory.handle = pointer
-    memory._owner = None
-    memory._finalizer = release = _pool_release(
-        memory, allocations, deallocations, address, key, nbytes
-    )
-    proxy = _proxy(memory)
-    owned = _new(classes.OwnedPointer)
-    owned._mem = proxy
-    owned._view = proxy
-    _deref_when_collected(owned, proxy, release)
-    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
-    _dict_set(allocations, address, memory)
+    ``device_array`` makes."""
+    owned = pool_memory(context, address, described[5], allocations, deallocations, key)
     return device_ndarray(described, dtype, stream, owned, address)
 
 
@@ -153,7 +132,7 @@ def pool_memory(
     ``key``), entered in its memory manager's ``allocations`` and owned through an
     ``OwnedPointer`` (what ``NumbaCUDAMemoryManager.memalloc`` returns), with a
     ``_core.PoolRelease`` as its finalizer; returns the ``OwnedPointer``. ``context`` is a
-    weak proxy of numba-cuda's ``Context``. (``pool_array`` takes the same steps inline.)"""
+    weak proxy of numba-cuda's ``Context``."""
     classes = _classes or kinds()
     pointer = classes.CUdeviceptr(address)
     # the attributes AutoFreePointer.__init__ sets (MemoryPointer.__init__'s), in its order
