@@ -194,3 +194,27 @@ print(transfers.stream_handle(Sub(objects.kinds().CUstream(1234))))
 """
     )
     assert lines == ["True", "True", "True", "99"]
+
+
+def test_layouts_kept_per_numpy_dtype_serve_that_very_dtype(run_on_stand_in):
+    """``device_array`` keeps the layout made for a NumPy dtype argument (what
+    ``device_array_like`` passes); an equal dtype that is another object (one with metadata)
+    is not answered from it: each array has the very dtype given, as the general path gives."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from fastlaunch.memory import arrays
+
+plain = np.dtype(np.float64)
+tagged = np.dtype(np.float64, metadata={"unit": "m"})
+print(plain == tagged, plain is tagged)
+for dtype in (plain, tagged, plain, tagged):
+    for _ in range(2):
+        like = arrays.device_array_like(np.zeros(12, dtype))
+        given = arrays.device_array((3, 4), dtype)
+        print(like.dtype is dtype, given.dtype is dtype, like.dtype.metadata, given.strides)
+print(arrays.device_array((3, 4), plain, order="F").strides)
+"""
+    )
+    plain, tagged = "True True None (32, 8)", "True True {'unit': 'm'} (32, 8)"
+    assert lines == ["True False"] + [plain, plain, tagged, tagged] * 2 + ["(8, 24)"]
