@@ -22,6 +22,7 @@ import sys
 import timeit
 import weakref
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -52,6 +53,19 @@ def stand_in_context() -> None:
     stand_in_context.kept = context  # type: ignore[attr-defined]
 
 
+def tutorial_memory(arrays: Any, streams: Any, transfers: Any, price: Any) -> None:
+    """benchmarks/memory.py's Black-Scholes-shaped call, its kernel and synchronize left out:
+    a stream, three ``to_device``, two ``device_array_like``, two ``copy_to_host``."""
+    stream = streams.stream()
+    transfers.to_device(price, stream)
+    transfers.to_device(price, stream)
+    transfers.to_device(price, stream)
+    d_call = arrays.device_array_like(price, stream)
+    d_put = arrays.device_array_like(price, stream)
+    transfers.copy_to_host(d_call, None, stream)
+    transfers.copy_to_host(d_put, None, stream)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--loops", type=int, default=200_000)
@@ -65,16 +79,20 @@ def main() -> None:
 
     import fastlaunch as fl
     from fastlaunch import _core
-    from fastlaunch.memory import transfers, views
+    from fastlaunch.memory import arrays, streams, transfers, views
 
     assert fl.is_available(), _core.unavailable_reason()
     stand_in_context()
     key = _core.context_key()
     d = fl.device_array(8192, dtype=np.float32)
     host = np.arange(8192, dtype=np.float32)  # 32 KiB
+    stream = streams.stream()
+    price = np.arange(4096, dtype=np.float64)  # 32 KiB, as benchmarks/memory.py's call
+    d_price = transfers.to_device(price, stream)
     names = {
         "fl": fl, "np": np, "_core": _core, "views": views, "transfers": transfers, "d": d,
-        "host": host, "key": key, "whole": slice(1, -1),
+        "host": host, "key": key, "whole": slice(1, -1), "arrays": arrays, "streams": streams,
+        "stream": stream, "price": price, "d_price": d_price, "tutorial": tutorial_memory,
     }  # fmt: skip
     cases = [
         ("_core.mem_alloc + mem_free (floor)", "_core.mem_free(_core.mem_alloc(32768, 0), 0, key)"),
@@ -83,13 +101,29 @@ def main() -> None:
         ("to_device(32 KiB float32) + release", "transfers.to_device(host)"),
         ("views.getitem(d, slice(1, -1)) + release", "views.getitem(d, whole)"),
         ("views.reshape(d, 64, 128) + release", "views.reshape(d, 64, 128)"),
+        ("to_device(32 KiB float64, stream) + release", "transfers.to_device(price, stream)"),
+        ("copy_to_device(d, host)", "transfers.copy_to_device(d, host)"),
+        (
+            "copy_to_device(d_price, price, stream)",
+            "transfers.copy_to_device(d_price, price, stream)",
+        ),
+        ("copy_to_host(d, host)", "transfers.copy_to_host(d, host)"),
+        ("copy_to_host(d_price) (new host array)", "transfers.copy_to_host(d_price)"),
+        (
+            "copy_to_host(d_price, stream=stream) (new)",
+            "transfers.copy_to_host(d_price, None, stream)",
+        ),
+        ("device_array_like(price) + release", "arrays.device_array_like(price)"),
+        ("device_array_like(price, stream) + release", "arrays.device_array_like(price, stream)"),
+        ("stream() + release", "streams.stream()"),
+        ("tutorial call's memory API (no kernel)", "tutorial(arrays, streams, transfers, price)"),
     ]
-    print(f"{'case':44} {'us/call':>8}")
+    print(f"{'case':46} {'us/call':>8}")
     for name, statement in cases:
         timer = timeit.Timer(statement, globals=names)
         timer.timeit(1000)  # warm: layouts, dtypes and the context looked up once
         best = min(timer.repeat(arguments.repeats, arguments.loops)) / arguments.loops
-        print(f"{name:44} {best * 1e6:8.3f}")
+        print(f"{name:46} {best * 1e6:8.3f}")
     _core.stream_synchronize(0)
 
 

@@ -36,6 +36,9 @@ _contiguous: dict[tuple, tuple] = {}
 #: per (shape, dtype, order) arguments of a contiguous array whose dtype is a name or a
 #: scalar type (which always give the same dtype): what ``_contiguous_layout`` returns
 _arguments: dict[tuple, tuple] = {}
+#: the same for a NumPy dtype given (``device_array_like``'s): an entry per the first of
+#: equal dtypes seen, which serves that very dtype
+_dtype_arguments: dict[tuple, tuple] = {}
 #: per dtype argument (a name or a scalar type): NumPy's dtype for it
 _dtypes: dict[Any, Any] = {}
 
@@ -55,10 +58,17 @@ def _contiguous_layout(shape: Any, order: str, dtype: Any) -> tuple | None:
     else:
         return None
     named = type(dtype) is str or type(dtype) is type
+    given_dtype = not named and isinstance(dtype, _dtype_class())
     if named:
         # (a name and a type never compare equal, nor do an int and a tuple: the key is exact)
         found = _arguments.get((shape, dtype, order))
         if found is not None:
+            return found
+    elif given_dtype:
+        # a NumPy dtype equals others (one with metadata equals one without): an entry
+        # serves the very dtype it was made for
+        found = _dtype_arguments.get((shape, dtype, order))
+        if found is not None and found[0] is dtype:
             return found
     if order != "C" and order != "F":
         return None
@@ -66,7 +76,7 @@ def _contiguous_layout(shape: Any, order: str, dtype: Any) -> tuple | None:
         np_dtype = _dtypes.get(dtype)
         if np_dtype is None:
             np_dtype = _numpy_dtype(dtype)
-    elif isinstance(dtype, _dtype_class()):
+    elif given_dtype:
         np_dtype = dtype  # numpy.dtype(dtype) is dtype itself
     else:
         np_dtype = _numpy_dtype(dtype)
@@ -80,6 +90,8 @@ def _contiguous_layout(shape: Any, order: str, dtype: Any) -> tuple | None:
     found = (np_dtype, described)  # the very tuple: describe_birth knows its arrays by it
     if named:
         _arguments[shape, dtype, order] = found
+    elif given_dtype:
+        _dtype_arguments[shape, dtype, order] = found
     return found
 
 

@@ -28,6 +28,8 @@ from fastlaunch.memory.originals import original
 _BUFFER_KINDS = frozenset("biufc")
 #: datetimes export no buffer: their bytes are copied as int64
 _DATETIME_KINDS = frozenset("Mm")
+#: objects.layout's cache, read first where a frame counts
+_layouts = objects._layouts
 
 
 def host_bytes(array: Any, exact: bool = False) -> Any:
@@ -60,6 +62,12 @@ def stream_handle(stream: Any) -> int:
     copy on it.)"""
     if not stream:
         return 0
+    classes = objects._classes  # None until fastlaunch made a numba-cuda object
+    if classes is not None and type(stream) is classes.Stream:
+        try:  # what its __cuda_stream__ gives (0.30): int(handle), 0 for a null one
+            return int(stream.handle)
+        except TypeError:  # a ctypes handle (0.26): its __cuda_stream__ reads it
+            pass
     if isinstance(stream, int):
         raise TypeError(f"stream: Expected a Stream object or 0, got {type(stream).__name__}")
     return _core.stream_handle(stream)
@@ -81,7 +89,9 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
         device_array_class = numba_cuda.devicearray().DeviceNDArray
         return device_array_class(shape, obj.strides, obj.dtype, stream=stream)
     dtype = obj.dtype
-    described = objects.layout(shape, obj.strides, dtype.itemsize)
+    strides = obj.strides
+    itemsize = dtype.itemsize
+    described = _layouts.get((shape, strides, itemsize)) or objects.layout(shape, strides, itemsize)
     array = allocate_array(described, dtype, stream, handle)
     if copy:
         _core.copy_to_device(array.gpu_data.device_ctypes_pointer.value, source, handle)
@@ -89,7 +99,12 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
 
 
 def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
-    """numba-cuda's ``DeviceNDArray.copy_to_host``, its copy made on the Rust core."""
+    """numba-cuda's ``DeviceNDArray.copy_to_host``, its copy made on the Rust core. A
+    writable ``plain_match`` target needs none of the general path's checks."""
+    if ary is not None and plain_match(self, ary) and ary.flags.writeable:
+        handle = stream_handle(self.stream if not stream else stream)
+        _core.copy_to_host(ary, _address(self), handle, self.alloc_size)
+        return ary
     strides = self.strides
     if (strides and min(strides) < 0) or (
         ary is not None and (host_bytes(ary) is None or not ary.flags.writeable)
@@ -106,13 +121,15 @@ def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
             numba_cuda.devicearray().check_array_compatibility(self, ary)  # raises, or agrees
         host = ary
     if nbytes:
-        target = host_bytes(host)
+        target = host if ary is None else host_bytes(host)  # a new byte array is its bytes
         _core.copy_to_host(target, _address(self), stream_handle(stream), nbytes)
     if ary is not None:
         return host
+    # numba-cuda's np.ndarray(shape=..., dtype=..., [strides=...,] buffer=host), its
+    # arguments given by position (NumPy parses keywords at several times the cost)
     if self.size == 0:
-        return np.ndarray(shape=self.shape, dtype=self.dtype, buffer=host)
-    return np.ndarray(shape=self.shape, dtype=self.dtype, strides=strides, buffer=host)
+        return np.ndarray(self.shape, self.dtype, host)
+    return np.ndarray(self.shape, self.dtype, host, 0, strides)
 
 
 def setitem(self: Any, key: Any, value: Any) -> None:
@@ -134,7 +151,12 @@ def setitem(self: Any, key: Any, value: Any) -> None:
 
 def copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
     """numba-cuda's ``DeviceNDArray.copy_to_device`` (its checks, in its order), without its
-    context lookup, its copy made on the Rust core."""
+    context lookup, its copy made on the Rust core. A ``plain_match`` source needs none of
+    its checks: it passes them all, and is copied as it is."""
+    if plain_match(self, ary):
+        handle = stream_handle(self.stream if not stream else stream)
+        _core.copy_to_device(_address(self), ary, handle, self.alloc_size)
+        return
     if ary.size == 0:
         return
     devicearray = numba_cuda.devicearray()
@@ -172,6 +194,43 @@ def cuda_array_interface(self: Any) -> Any:
 
 #: what ``install()`` puts on numba-cuda's device arrays
 CUDA_ARRAY_INTERFACE = property(cuda_array_interface)
+
+
+def plain_match(device: Any, host: Any) -> bool:
+    """Whether ``host`` is a plain ``numpy.ndarray`` (no subclass: numba-cuda's mapped and
+    managed arrays are device memory) of ``device``'s very dtype, shape and strides, C- or
+    F-contiguous, non-empty, with positive strides, of a dtype that exports its bytes: then
+    numba-cuda's checks in ``copy_to_device`` and ``copy_to_host`` pass (the device array has
+    the host array's contiguity; each is its own ``array_core``; ``np.array(..., copy=None)``
+    returns the host array itself), and the copy moves all of its ``nbytes``, which are the
+    device array's ``alloc_size``."""
+    if type(host) is not (_ndarray or _ndarray_type()):
+        return False
+    dtype = host.dtype
+    strides = host.strides
+    if host.shape != device.shape or strides != device.strides:
+        return False
+    if dtype is not device.dtype and dtype != device.dtype:
+        return False
+    # (a contiguous array may have a zero or negative stride on an extent of 1)
+    if dtype.kind not in _BUFFER_KINDS or not host.size or min(strides) <= 0:
+        return False
+    flags = host.flags
+    return flags.c_contiguous or flags.f_contiguous
+
+
+#: ``numpy.ndarray`` once NumPy is imported (before, no NumPy array exists)
+_ndarray: type | None = None
+
+
+def _ndarray_type() -> type | None:
+    global _ndarray
+    if _ndarray is None:
+        np = sys.modules.get("numpy")
+        if np is None:
+            return None
+        _ndarray = np.ndarray
+    return _ndarray
 
 
 def _same_layout(device: Any, host: Any) -> bool:
