@@ -64,10 +64,9 @@ def stream_handle(stream: Any) -> int:
         return 0
     classes = objects._classes  # None until fastlaunch made a numba-cuda object
     if classes is not None and type(stream) is classes.Stream:
-        try:  # what its __cuda_stream__ gives (0.30): int(handle), 0 for a null one
-            return int(stream.handle)
-        except TypeError:  # a ctypes handle (0.26): its __cuda_stream__ reads it
-            pass
+        # what its __cuda_stream__ gives: the handle's value (a cuda.bindings CUstream in
+        # 0.30, a ctypes c_void_p in 0.26), 0 for a null one
+        return numba_cuda.handle_value(stream.handle)
     if isinstance(stream, int):
         raise TypeError(f"stream: Expected a Stream object or 0, got {type(stream).__name__}")
     return _core.stream_handle(stream)
