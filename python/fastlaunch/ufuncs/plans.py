@@ -16,7 +16,9 @@ UNPLANNED: Any = object()
 def find(owner: Any, key: Any, make: Any, *make_args: Any) -> Any:
     """``owner``'s plan for ``key``: the one remembered, or ``make(*make_args)``'s, remembered
     (None, a call numba-cuda's own code takes, is remembered too)."""
-    remembered = of(owner)
+    remembered = owner.__dict__.get("_fastlaunch_plans")  # (``of``, without its frame)
+    if remembered is None:
+        remembered = of(owner)
     plan = remembered.get(key, UNPLANNED)
     if plan is UNPLANNED:
         plan = make(*make_args)

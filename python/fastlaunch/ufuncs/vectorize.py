@@ -118,9 +118,10 @@ def call(ufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
             return numba_call(ufunc, *args, **kws)
     else:
         stream, out, out_key = 0, None, None
-    key = (plans.device(), out_key, stream == 0 or stream is None, *map(arguments.key_of, args))
-    if None in key[3:]:
+    argument_keys = tuple(map(arguments.key_of, args))
+    if None in argument_keys:
         return numba_call(ufunc, *args, **kws)  # an argument only numba-cuda's call takes
+    key = (plans.device(), out_key, stream == 0 or stream is None, argument_keys)
     plan = plans.find(ufunc, key, _plan, ufunc, args, out, stream)
     if plan is NUMBA:
         return numba_call(ufunc, *args, **kws)
