@@ -256,6 +256,9 @@ pub(crate) fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
             })
         });
     }
+    if let Some(handle) = crate::memory::numba_stream_handle(stream) {
+        return Ok(handle?); // numba-cuda's Stream: its __cuda_stream__ without the Python frame
+    }
     let protocol = intern!(stream.py(), "__cuda_stream__");
     if stream.hasattr(protocol)? {
         // called as a method: no bound method object is made
