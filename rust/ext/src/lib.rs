@@ -8,6 +8,7 @@ mod graphed;
 mod inspect;
 mod interop;
 mod launch;
+mod made_streams;
 mod memory;
 mod scalar;
 mod scratch;
