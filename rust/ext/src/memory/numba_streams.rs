@@ -103,8 +103,11 @@ pub(crate) fn pooled_numba_stream<'py>(
         },
     )?;
     let reference = PyWeakrefReference::new_with(&made, &release)?;
-    *release.get().watch.lock().unwrap_or_else(|p| p.into_inner()) =
-        Some(reference.into_any().unbind());
+    *release
+        .get()
+        .watch
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = Some(reference.into_any().unbind());
     Ok(made)
 }
 
