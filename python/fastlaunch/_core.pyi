@@ -69,6 +69,9 @@ __all__ = [
     "OwnerDeref",
     "pool_release",
     "deref_when_collected",
+    "StreamReturn",
+    "read_numba_streams",
+    "pooled_numba_stream",
     "copy_to_device",
     "copy_to_host",
     "copy_device",
@@ -425,6 +428,21 @@ def pool_release(
     ``address`` in the context whose key is ``context``, entered in the memory manager's
     ``allocations``: it releases the memory when called, or when ``memory`` is collected
     unreleased."""
+
+@final
+class StreamReturn:
+    """Gives a pooled stream back to its idle list when its numba-cuda ``Stream`` is
+    collected."""
+
+    def __call__(self, _collected: Any) -> None: ...
+
+def read_numba_streams(stream: type, handle: type, readable: bool) -> None:
+    """Gives numba-cuda's ``Stream`` class and its handle's type; ``readable``: its
+    ``__cuda_stream__`` returns ``int()`` of the handle, which launches then read without it."""
+
+def pooled_numba_stream(owned: Stream, idle: list[Stream]) -> Any:
+    """``cuda.stream()``'s object over ``owned``, a pooled stream taken from ``idle``: its
+    collection appends ``owned`` to ``idle`` again."""
 
 def deref_when_collected(owned: Any, owner: Any, release: PoolRelease | None = None) -> None:
     """Runs numba-cuda's ``deref`` of ``owned`` (an ``OwnedPointer`` holding a reference on

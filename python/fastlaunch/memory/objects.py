@@ -13,8 +13,9 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
   ``_finalizer`` a ``_core.PoolRelease``: what ``MemoryPointer.free`` uses of a
   ``weakref.finalize``); ``pool_array``: a ``DeviceNDArray`` over new ``pool_memory``
   (what ``device_array`` and ``to_device`` make);
-- ``numba_stream``, ``numba_event``: a ``Stream`` as ``Context.create_stream`` makes one,
-  an ``Event`` as ``Context.create_event`` makes one;
+- ``numba_event``: an ``Event`` as ``Context.create_event`` makes one (a ``Stream`` as
+  ``Context.create_stream`` makes one is made in Rust: ``_core.pooled_numba_stream``, from
+  the classes ``kinds()`` gives it);
 - ``array_view``: a ``DeviceNDArray`` over what ``gpu_data.view(begin, end)`` returns for an
   ``OwnedPointer`` (a ``MemoryPointer`` view of the owner, in a new ``OwnedPointer``).
 
@@ -44,7 +45,7 @@ _dict_set = dict.__setitem__
 _proxy = weakref.proxy
 _ref = weakref.ref
 
-#: per weak reference to a stream or event made here: the release its collection runs,
+#: per weak reference to an event made here: the release its collection runs,
 #: ``(function, argument)``
 _releases: dict[Any, tuple] = {}
 
@@ -64,7 +65,19 @@ def kinds() -> Any:
     if _classes is None:
         _classes = numba_cuda.memory_classes()
         _core.describe_births_of(_classes.DeviceNDArray)
+        _core.read_numba_streams(_classes.Stream, _classes.CUstream, _reads_int_of_handle())
     return _classes
+
+
+def _reads_int_of_handle() -> bool:
+    """Whether numba-cuda's ``Stream.__cuda_stream__`` returns ``int()`` of its handle (0.30's
+    ``CUstream``), which Rust then reads without calling it."""
+    probe = _new(_classes.Stream)
+    probe.handle = _classes.CUstream(0x1000)
+    try:
+        return bool(probe.__cuda_stream__() == (0, int(probe.handle)) == (0, 0x1000))
+    except (AttributeError, TypeError):
+        return False
 
 
 #: per (shape, strides, itemsize): what a DeviceNDArray of that layout holds, from numba-cuda's
@@ -197,19 +210,6 @@ def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, sh
     itemsize = dtype.itemsize
     described = _layouts.get((shape, strides, itemsize)) or layout(shape, strides, itemsize)
     return device_ndarray(described, dtype, array.stream, owned, address)
-
-
-def numba_stream(handle: int, release: Any, argument: Any) -> Any:
-    """A numba-cuda ``Stream`` over ``handle``, as ``Context.create_stream`` makes one (not
-    external); when it is collected, ``release(argument)`` runs (where numba-cuda's
-    finalizer queues the stream's destruction)."""
-    classes = _classes or kinds()
-    made = _new(classes.Stream)
-    # the attributes Stream.__init__ sets, in its order
-    made.handle = classes.CUstream(handle)
-    made.external = False
-    _releases[_ref(made, _released)] = (release, argument)
-    return made
 
 
 def numba_event(handle: int, deallocations: Any) -> Any:

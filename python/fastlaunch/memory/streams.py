@@ -13,6 +13,8 @@ from fastlaunch import _core
 from fastlaunch.memory import objects
 from fastlaunch.memory.allocation import context
 
+_pooled_numba_stream = _core.pooled_numba_stream
+
 #: idle streams (``_core.Stream``, owning their handle) per context key
 _idle: dict[int, list[Any]] = {}
 
@@ -21,12 +23,14 @@ def stream() -> Any:
     """numba-cuda's ``cuda.stream()``: a ``Stream`` of numba-cuda's over a pooled stream."""
     idle = _idle.get(_core.current_context_key())  # None too while no context is current
     if idle is None:
+        objects.kinds()  # numba-cuda's classes, given to Rust before the first stream is made
         idle = _idle.setdefault(context()[0], [])
     try:
         owned = idle.pop()
     except IndexError:  # none idle (another thread may have taken the last)
         owned = _core.Stream.create(False)
-    return objects.numba_stream(owned.handle, idle.append, owned)
+    # its collection appends `owned` to `idle` again (in Rust, without a Python frame)
+    return _pooled_numba_stream(owned, idle)
 
 
 def forget(key: int) -> None:

@@ -8,6 +8,7 @@ mod graphed;
 mod inspect;
 mod interop;
 mod launch;
+mod made_streams;
 mod memory;
 mod scalar;
 mod scratch;
@@ -98,6 +99,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<memory::OwnerDeref>()?;
     m.add_function(wrap_pyfunction!(memory::pool_release, m)?)?;
     m.add_function(wrap_pyfunction!(memory::deref_when_collected, m)?)?;
+    m.add_class::<memory::StreamReturn>()?;
+    m.add_function(wrap_pyfunction!(memory::read_numba_streams, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::pooled_numba_stream, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_device, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_host, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_device, m)?)?;

@@ -19,6 +19,7 @@ use pyo3::types::PyTuple;
 
 use crate::devices::driver;
 use crate::errors::{Error, Result};
+use crate::made_streams;
 use crate::scratch::Scratch;
 
 static ORDERING: AtomicBool = AtomicBool::new(true);
@@ -121,6 +122,17 @@ pub(crate) fn order_after_producers(
 #[pyclass(frozen, module = "fastlaunch._core")]
 pub struct Stream {
     inner: driver::Stream,
+    /// Made by `create` (entered in `made_streams`), not wrapping a handle.
+    made_here: bool,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.made_here {
+            // out of the table before `inner`'s drop destroys the stream
+            made_streams::note_destroyed(self.inner.handle());
+        }
+    }
 }
 
 #[pymethods]
@@ -130,9 +142,13 @@ impl Stream {
     #[pyo3(signature = (non_blocking = false))]
     fn create(non_blocking: bool) -> Result<Stream> {
         let driver = driver()?;
-        driver.launch_context()?;
+        let context = driver.launch_context()?;
         let inner = driver::Stream::create(driver, non_blocking)?;
-        Ok(Stream { inner })
+        made_streams::note_made(inner.handle(), context.id, non_blocking);
+        Ok(Stream {
+            inner,
+            made_here: true,
+        })
     }
 
     /// Wraps a stream handle owned elsewhere (0: legacy default, 1: legacy, 2: per-thread).
@@ -140,6 +156,7 @@ impl Stream {
     fn external(handle: usize) -> Result<Stream> {
         Ok(Stream {
             inner: driver::Stream::external(driver()?, handle),
+            made_here: false,
         })
     }
 
@@ -255,6 +272,9 @@ pub(crate) fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
                 format!("a stream handle must fit in 64 bits, got {stream}")
             })
         });
+    }
+    if let Some(handle) = crate::memory::numba_stream_handle(stream) {
+        return Ok(handle?); // numba-cuda's Stream: its __cuda_stream__ without the Python frame
     }
     let protocol = intern!(stream.py(), "__cuda_stream__");
     if stream.hasattr(protocol)? {

@@ -9,7 +9,8 @@
 //! which raises numba-cuda's errors.
 //!
 //! A stream object is keyed by the handle it gives, which is all a launch reads of it (its
-//! flags, context and capture state are asked of the handle at each launch): a new stream
+//! capture state is asked of the handle at each launch, its flags too where fastlaunch did
+//! not make it: `made_streams.rs`): a new stream
 //! object over a handle seen before (numba-cuda's `cuda.stream()` under install hands out
 //! pooled streams) reuses the configuration without a parse, in a new launcher over the
 //! object given. The entries of stream objects hold no launcher, so they keep no stream

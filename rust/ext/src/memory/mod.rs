@@ -2,7 +2,8 @@
 //! layer: allocations from a stream-ordered pool of fastlaunch's own and their stream-ordered
 //! frees (`pool.rs`), copies between host buffers and the device through pinned staging
 //! (`transfers.rs`), pinned host memory (`pinned.rs`), streams and events by raw handle
-//! (`handles.rs`), the releases of numba-cuda's pointers over pool memory (`releases.rs`).
+//! (`handles.rs`), the releases of numba-cuda's pointers over pool memory (`releases.rs`),
+//! numba-cuda's `Stream` objects over pooled streams (`numba_streams.rs`).
 //! `python/fastlaunch/memory/` builds numba-cuda's objects over these.
 //!
 //! Every call works in the thread's current context (device 0's primary context when none
@@ -17,6 +18,7 @@ mod buffer;
 mod context_memory;
 mod freed_blocks;
 mod handles;
+mod numba_streams;
 mod ordering;
 mod pinned;
 mod pool;
@@ -34,6 +36,9 @@ pub(crate) use handles::{
     context_synchronize, event_create, event_destroy, event_elapsed_ms, event_query, event_record,
     event_synchronize, stream_create, stream_destroy, stream_query, stream_synchronize,
     stream_wait_event,
+};
+pub(crate) use numba_streams::{
+    numba_stream_handle, pooled_numba_stream, read_numba_streams, StreamReturn,
 };
 pub(crate) use ordering::{after_launch, before_launch, in_use, settle_legacy_work};
 pub(crate) use pinned::{pinned_alloc, pinned_free};

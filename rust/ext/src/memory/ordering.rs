@@ -22,7 +22,8 @@
 //!
 //! A launch pays one relaxed atomic load until the memory API is used; after that, a launch
 //! on a stream other than the default ones also asks whether it is being captured and its
-//! flags, and one on a non-blocking stream records its event.
+//! flags (known without asking for the streams fastlaunch made: `made_streams.rs`), and one
+//! on a non-blocking stream records its event.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,6 +37,7 @@ use pyo3::prelude::*;
 use super::context_memory::{all_context_memory, context_memory, ContextMemory};
 use super::stream_ordering::{FollowedStream, FreePoint, FOLLOWED_STREAMS};
 use crate::errors::Result;
+use crate::made_streams;
 
 /// Set once the memory API allocated or copied: before that, no launch has its memory.
 static IN_USE: AtomicBool = AtomicBool::new(false);
@@ -89,10 +91,15 @@ impl StreamWork {
         capturing: bool,
     ) -> Result<StreamWork> {
         let unordered = !capturing
-            && (non_blocking(driver, stream)?
-                || driver
-                    .stream_context(stream)?
-                    .is_some_and(|owner| owner != context.context));
+            && match made_streams::non_blocking_in(stream, context.id) {
+                Some(non_blocking) => non_blocking, // made here, in this context
+                None => {
+                    non_blocking(driver, stream)?
+                        || driver
+                            .stream_context(stream)?
+                            .is_some_and(|owner| owner != context.context)
+                }
+            };
         Ok(StreamWork {
             stream,
             capturing,
@@ -132,8 +139,15 @@ pub(crate) fn before_launch(
     if !in_use() || is_default_stream(stream) {
         return Ok(false);
     }
-    if driver.stream_is_capturing(stream)? || !non_blocking(driver, stream)? {
+    if driver.stream_is_capturing(stream)? {
         return Ok(false); // a capture records its own dependencies, and cannot wait on ours
+    }
+    let on_non_blocking = match made_streams::non_blocking_in(stream, context.id) {
+        Some(non_blocking) => non_blocking, // made here: its flags known without asking
+        None => non_blocking(driver, stream)?,
+    };
+    if !on_non_blocking {
+        return Ok(false);
     }
     wait_for_legacy_work(driver, context, stream)?;
     Ok(true)
