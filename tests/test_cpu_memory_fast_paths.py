@@ -181,7 +181,7 @@ from fastlaunch.memory import objects, streams
 from numba.cuda.cudadrv import driver as numba_driver
 
 pooled = streams.stream()
-null = objects.numba_stream(0, lambda _: None, None)
+null = numba_driver.Stream(objects.kinds().CUstream(0))
 external = numba_driver.Stream(objects.kinds().CUstream(1234), external=True)
 for stream in (pooled, null, external):
     print(transfers.stream_handle(stream) == _core.stream_handle(stream))

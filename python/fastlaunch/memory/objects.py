@@ -76,8 +76,8 @@ def _reads_int_of_handle() -> bool:
     probe.handle = _classes.CUstream(0x1000)
     try:
         return bool(probe.__cuda_stream__() == (0, int(probe.handle)) == (0, 0x1000))
-    except (AttributeError, TypeError):
-        return False
+    except (AttributeError, TypeError, ValueError):
+        return False  # (0.26: int() of its ctypes c_void_p parses the pointer's bytes)
 
 
 #: per (shape, strides, itemsize): what a DeviceNDArray of that layout holds, from numba-cuda's
