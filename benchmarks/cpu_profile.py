@@ -14,18 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-
-def fake_driver() -> str:
-    source = Path(__file__).parent.parent / "tests" / "stand_in_driver" / "fake_cuda.c"
-    library = Path(tempfile.gettempdir()) / "fastlaunch-fake-libcuda.so"
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
-    return str(library)
+from stand_in import fake_driver
 
 
 def on_stand_in_driver() -> int:

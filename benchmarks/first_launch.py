@@ -66,7 +66,7 @@ def _makers() -> tuple[dict[str, Callable[[], Any]], Callable[[int], Any]]:
     import exchange_tensors
     import stand_in_cupy
 
-    from benchmarks.memory_objects import stand_in_context
+    from benchmarks.stand_in import stand_in_context
 
     stand_in_context()
 

@@ -16,41 +16,14 @@ with another checkout, put its ``python`` folder (with its built ``_core``) firs
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import timeit
-import weakref
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.cpu_profile import fake_driver  # noqa: E402
-
-
-def stand_in_context() -> None:
-    """Registers a stand-in for numba-cuda's ``Context`` (its memory manager numba-cuda's)
-    as the current context's, where ``fastlaunch.memory.allocation`` looks it up."""
-    import logging
-
-    from numba.cuda.cudadrv import driver as numba_driver
-
-    from fastlaunch import _core
-    from fastlaunch.memory import allocation
-
-    numba_driver._logger = logging.getLogger("numba.cuda.cudadrv.driver")  # set by its init
-
-    class StandInContext:
-        def __init__(self) -> None:
-            self.memory_manager = numba_driver.NumbaCUDAMemoryManager(context=self)
-            self.deallocations = self.memory_manager.deallocations
-
-    context = StandInContext()
-    key = _core.context_key()
-    allocation._contexts[key] = context
-    allocation._proxies[key] = weakref.proxy(context)
-    stand_in_context.kept = context  # type: ignore[attr-defined]
+from benchmarks.stand_in import stand_in_context, timing_arguments  # noqa: E402
 
 
 def tutorial_memory(arrays: Any, streams: Any, transfers: Any, price: Any) -> None:
@@ -67,13 +40,7 @@ def tutorial_memory(arrays: Any, streams: Any, transfers: Any, price: Any) -> No
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--loops", type=int, default=200_000)
-    parser.add_argument("--repeats", type=int, default=5)
-    arguments = parser.parse_args()
-    if os.environ.get("FASTLAUNCH_CUDA_DRIVER") is None:
-        os.environ["FASTLAUNCH_CUDA_DRIVER"] = fake_driver()
-        os.execv(sys.executable, [sys.executable, *sys.argv])
+    arguments = timing_arguments(loops=200_000, repeats=5)
 
     import numpy as np
 

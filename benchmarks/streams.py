@@ -8,7 +8,6 @@ costs ~0.1–0.5 µs that the stand-in does not show)."""
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import sys
@@ -17,18 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.cpu_profile import fake_driver  # noqa: E402
-from benchmarks.memory_objects import stand_in_context  # noqa: E402
+from benchmarks.stand_in import stand_in_context, timing_arguments  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--loops", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=7)
-    arguments = parser.parse_args()
-    if os.environ.get("FASTLAUNCH_CUDA_DRIVER") is None:
-        os.environ["FASTLAUNCH_CUDA_DRIVER"] = fake_driver()
-        os.execv(sys.executable, [sys.executable, *sys.argv])
+    arguments = timing_arguments(loops=100_000, repeats=7)
 
     import numpy as np
 
