@@ -100,30 +100,9 @@ def allocate(nbytes: int, stream_handle: int) -> tuple[Any, int | None]:
 def allocate_array(described: tuple, dtype: Any, stream: Any, stream_handle: int) -> Any:
     """A ``DeviceNDArray`` of the ``objects.layout`` ``described`` (non-empty) and NumPy
     ``dtype`` over new memory (``allocate``'s), for use on ``stream`` (whose handle is
-    ``stream_handle``); ``allocate`` and ``objects.device_ndarray`` in fewer frames."""
-    key = _core.current_context_key()
-    ctx = _contexts.get(key)
-    if ctx is None:
-        key, ctx = context()
-    manager = ctx.memory_manager
-    nbytes = described[5]
-    if type(manager) is not (_manager_class or _numba_memory_manager()):
-        gpu_data = ctx.memalloc(nbytes)  # the user's EMM plugin allocates
-        return objects.device_ndarray(described, dtype, stream, gpu_data, None)
-    try:
-        address = _core.mem_alloc(nbytes, stream_handle)
-    except CudaError as error:
-        address = _pool_alloc_again(error, nbytes, stream_handle, manager)
-    return objects.pool_array(
-        described,
-        dtype,
-        stream,
-        _proxies[key],
-        address,
-        manager.allocations,
-        manager.deallocations,
-        key,
-    )
+    ``stream_handle``)."""
+    gpu_data, address = allocate(described[5], stream_handle)
+    return objects.device_ndarray(described, dtype, stream, gpu_data, address)
 
 
 #: numba-cuda's own memory manager class, once looked up

@@ -11,8 +11,7 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
   ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
   ``_finalizer`` a ``_core.PoolRelease``: what ``MemoryPointer.free`` uses of a
-  ``weakref.finalize``); ``pool_array``: a ``DeviceNDArray`` over new ``pool_memory``
-  (what ``device_array`` and ``to_device`` make);
+  ``weakref.finalize``);
 - ``numba_event``: an ``Event`` as ``Context.create_event`` makes one (a ``Stream`` as
   ``Context.create_stream`` makes one is made in Rust: ``_core.pooled_numba_stream``, from
   the classes ``kinds()`` gives it);
@@ -120,22 +119,6 @@ def device_ndarray(
     array.stream = stream
     array._fastlaunch_description = _describe_birth(array, described, dtype, gpu_data, address)
     return array
-
-
-def pool_array(
-    described: tuple,
-    dtype: Any,
-    stream: Any,
-    context: Any,
-    address: int,
-    allocations: Any,
-    deallocations: Any,
-    key: int,
-) -> Any:
-    """``device_ndarray`` over ``pool_memory`` (``described[5]`` bytes at ``address``): what
-    ``device_array`` makes."""
-    owned = pool_memory(context, address, described[5], allocations, deallocations, key)
-    return device_ndarray(described, dtype, stream, owned, address)
 
 
 def pool_memory(
