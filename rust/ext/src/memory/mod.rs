@@ -25,6 +25,7 @@ mod pool;
 mod releases;
 mod stream_ordering;
 mod transfers;
+mod watch;
 
 use fastlaunch_driver::{self as driver, LaunchContext};
 

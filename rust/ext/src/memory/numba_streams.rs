@@ -10,14 +10,13 @@
 //! Both need numba-cuda's `Stream` class and the type of its handle, given once by
 //! [`read_numba_streams`] (`objects.kinds()`).
 
-use std::sync::Mutex;
-
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyInt, PyList, PyType, PyWeakrefReference};
+use pyo3::types::{PyInt, PyList, PyType};
 
+use super::watch::Watch;
 use crate::streams::Stream;
 
 /// numba-cuda's `Stream` class and the type of the handle its streams hold.
@@ -99,37 +98,28 @@ pub(crate) fn pooled_numba_stream<'py>(
         StreamReturn {
             owned: owned.unbind(),
             idle: idle.unbind(),
-            watch: Mutex::new(None),
+            watch: Watch::default(),
         },
     )?;
-    let reference = PyWeakrefReference::new_with(&made, &release)?;
-    *release
-        .get()
-        .watch
-        .lock()
-        .unwrap_or_else(|p| p.into_inner()) = Some(reference.into_any().unbind());
+    release.get().watch.start(&made, release.as_any())?;
     Ok(made)
 }
 
-/// Gives a pooled stream back to its idle list when its `Stream` is collected. It holds the
-/// weak reference whose callback it is until it runs (see `releases.rs`: the pair keeps
-/// itself alive without a registry).
+/// Gives a pooled stream back to its idle list when its `Stream` is collected (`watch.rs`).
 #[pyclass(frozen, freelist = 64, module = "fastlaunch._core")]
 pub(crate) struct StreamReturn {
     owned: Py<Stream>,
     idle: Py<PyList>,
-    watch: Mutex<Option<Py<PyAny>>>,
+    watch: Watch,
 }
 
 #[pymethods]
 impl StreamReturn {
     /// Gives the stream back, once (a second call does nothing: the stream is not pooled twice).
     fn __call__(&self, py: Python<'_>, _collected: &Bound<'_, PyAny>) -> PyResult<()> {
-        // the reference dropped after the lock is let go
-        let Some(reference) = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        if !self.watch.stop() {
             return Ok(());
-        };
-        drop(reference);
+        }
         self.idle.bind(py).append(self.owned.clone_ref(py))
     }
 }

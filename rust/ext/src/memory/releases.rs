@@ -9,41 +9,18 @@
 //! - [`OwnerDeref`]: numba-cuda's `deref` of an `OwnedPointer`, run when it is collected: the
 //!   owner's reference count down, the owner released at zero.
 //!
-//! Each watches its pointer through a weak reference whose callback is itself, and holds
-//! that reference until it runs: the pair keeps itself alive without a registry (neither
-//! visits the other for the garbage collector, so a collection never finds them
-//! unreachable), and the release takes the reference out when it runs, which ends the pair
-//! (the collector's call of a callback leaves the reference holding it).
+//! Each watches its pointer through a weak reference whose callback is itself (`watch.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 use pyo3::exceptions::{PyAssertionError, PyKeyError, PyReferenceError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyWeakrefReference};
+use pyo3::types::PyDict;
 
 use super::pool::mem_free;
-
-/// The weak reference a release watches its pointer through, until it runs.
-#[derive(Default)]
-struct Watch(Mutex<Option<Py<PyAny>>>);
-
-impl Watch {
-    /// Watches `pointer`: `release` is called when it is collected.
-    fn start(&self, pointer: &Bound<'_, PyAny>, release: &Bound<'_, PyAny>) -> PyResult<()> {
-        let reference = PyWeakrefReference::new_with(pointer, release)?;
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(reference.into_any().unbind());
-        Ok(())
-    }
-
-    /// Stops watching: the reference is dropped (after the lock), and with it the callback.
-    fn stop(&self) {
-        let reference = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
-        drop(reference);
-    }
-}
+use super::watch::Watch;
 
 /// The finalizer of an `AutoFreePointer` over pool memory (`pool_release`).
 #[pyclass(frozen, freelist = 64, module = "fastlaunch._core")]
