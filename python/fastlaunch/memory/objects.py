@@ -189,9 +189,7 @@ def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, sh
     _deref_when_collected(owned, proxy)
     owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
     dtype = array.dtype
-    strides = array.strides
-    itemsize = dtype.itemsize
-    described = _layouts.get((shape, strides, itemsize)) or layout(shape, strides, itemsize)
+    described = layout(shape, array.strides, dtype.itemsize)
     return device_ndarray(described, dtype, array.stream, owned, address)
 
 

@@ -28,8 +28,6 @@ from fastlaunch.memory.originals import original
 _BUFFER_KINDS = frozenset("biufc")
 #: datetimes export no buffer: their bytes are copied as int64
 _DATETIME_KINDS = frozenset("Mm")
-#: objects.layout's cache, read first where a frame counts
-_layouts = objects._layouts
 
 
 def host_bytes(array: Any, exact: bool = False) -> Any:
@@ -88,9 +86,7 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
         device_array_class = numba_cuda.devicearray().DeviceNDArray
         return device_array_class(shape, obj.strides, obj.dtype, stream=stream)
     dtype = obj.dtype
-    strides = obj.strides
-    itemsize = dtype.itemsize
-    described = _layouts.get((shape, strides, itemsize)) or objects.layout(shape, strides, itemsize)
+    described = objects.layout(shape, obj.strides, dtype.itemsize)
     array = allocate_array(described, dtype, stream, handle)
     if copy:
         _core.copy_to_device(array.gpu_data.device_ctypes_pointer.value, source, handle)
