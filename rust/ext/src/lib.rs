@@ -10,6 +10,7 @@ mod interop;
 mod launch;
 mod made_streams;
 mod memory;
+mod numba_stream_class;
 mod scalar;
 mod scratch;
 mod streams;
@@ -100,7 +101,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::pool_release, m)?)?;
     m.add_function(wrap_pyfunction!(memory::deref_when_collected, m)?)?;
     m.add_class::<memory::StreamReturn>()?;
-    m.add_function(wrap_pyfunction!(memory::read_numba_streams, m)?)?;
+    m.add_function(wrap_pyfunction!(numba_stream_class::read_numba_streams, m)?)?;
     m.add_function(wrap_pyfunction!(memory::pooled_numba_stream, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_device, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_host, m)?)?;

@@ -20,6 +20,7 @@ use pyo3::types::PyTuple;
 use crate::devices::driver;
 use crate::errors::{Error, Result};
 use crate::made_streams;
+use crate::numba_stream_class;
 use crate::scratch::Scratch;
 
 static ORDERING: AtomicBool = AtomicBool::new(true);
@@ -273,7 +274,7 @@ pub(crate) fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
             })
         });
     }
-    if let Some(handle) = crate::memory::numba_stream_handle(stream) {
+    if let Some(handle) = numba_stream_class::numba_stream_handle(stream) {
         return Ok(handle?); // numba-cuda's Stream: its __cuda_stream__ without the Python frame
     }
     let protocol = intern!(stream.py(), "__cuda_stream__");
