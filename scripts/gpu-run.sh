@@ -57,6 +57,7 @@
 #
 # env: OUT             where logs and results go (default ./gpu-out)
 #      PYTEST_ARGS     extra pytest arguments, shell-quoted (e.g. "-k 'launch and torch' -x")
+#      PYTEST_TARGETS  what the tests part runs (default: tests), e.g. node ids of one run's failures
 #      PYTEST_TIMEOUT  seconds before the tests part is interrupted (900); PYTEST_HANG_S (120):
 #                      a test running longer has every thread's stack printed
 #      RUST_TEST_ARGS  arguments for the Rust test binaries (default --ignored)
@@ -166,7 +167,9 @@ py_tests() {
   eval "extra=(${PYTEST_ARGS:-})"
   # a test that hangs has its stack printed after PYTEST_HANG_S, and the run is interrupted
   # (SIGINT: pytest still prints which tests failed) after PYTEST_TIMEOUT
-  timeout -s INT -k 30 "${PYTEST_TIMEOUT:-900}" python3 -m pytest -m gpu tests -q -rfE \
+  local targets=()
+  read -ra targets <<<"${PYTEST_TARGETS:-tests}"
+  timeout -s INT -k 30 "${PYTEST_TIMEOUT:-900}" python3 -m pytest -m gpu "${targets[@]}" -q -rfE \
     -p no:cacheprovider -o faulthandler_timeout="${PYTEST_HANG_S:-120}" \
     --junitxml="$OUT/pytest-junit.xml" "${extra[@]}"
 }

@@ -79,14 +79,14 @@ def test_pool_usage_follows_this_processs_allocations() -> None:
     _core.set_pool_release_threshold(0, 1 << 30)
     try:
         _core.context_synchronize()
-        used_before, _ = _core.pool_usage(0)
+        used_before, _, _ = _core.pool_usage(0)
         pointer = _core.mem_alloc(nbytes)
-        used, reserved = _core.pool_usage(0)
+        used, reserved, _ = _core.pool_usage(0)
         assert used - used_before >= nbytes
         assert reserved >= used
         _core.mem_free(pointer)
         _core.context_synchronize()
-        used_after, reserved_after = _core.pool_usage(0)
+        used_after, reserved_after, _ = _core.pool_usage(0)
         assert used_after <= used - nbytes
         assert reserved_after >= nbytes  # kept: below the release threshold
         _core.pool_trim(0, 0)
