@@ -57,6 +57,8 @@ def allocations(monkeypatch):
         return made[-1]
 
     monkeypatch.setattr(numba.cuda, "device_array", device_array)
+    # the result read back (one element copied from the device): the fake's first element
+    monkeypatch.setattr(reduce, "first_element", lambda array: array[0])
     return made
 
 
@@ -104,6 +106,48 @@ def test_with_res_the_last_kernel_writes_res(size, allocations):
         assert len(allocations) == 1
         (partials,) = allocations
         assert last[2] == partials.window()
+
+
+def test_later_calls_on_the_default_stream_take_the_partials_back(allocations):
+    host = np.arange(1000, dtype=np.float32)
+    plan = reduce.Plan(RecordingKernel(), 1000)
+    for _ in range(3):
+        assert plan.run(FakeArray(host), None, np.float32(0), 0) == 0  # the fake kernel's
+    assert len(allocations) == 1  # read back on the default stream: kept, taken again
+    res = FakeArray(np.zeros(1, np.float32))
+    plan.run(FakeArray(host), res, np.float32(0), None)
+    assert len(allocations) == 1  # the legacy stream orders the next call's launches after
+
+
+def test_partials_are_not_shared_off_the_default_stream_or_in_a_capture(allocations, monkeypatch):
+    from fastlaunch import _core
+
+    host = np.arange(1000, dtype=np.float32)
+    plan = reduce.Plan(RecordingKernel(), 1000)
+    stream = object()
+    for _ in range(2):
+        plan.run(FakeArray(host), None, np.float32(0), stream)
+    assert len(allocations) == 2 and plan.spares == []
+    monkeypatch.setattr(_core, "followed_capture", lambda: 0x1234)  # a capture follows 0
+    for _ in range(2):
+        plan.run(FakeArray(host), None, np.float32(0), 0)
+    assert len(allocations) == 4 and plan.spares == []
+
+
+def test_with_res_on_a_per_thread_default_stream_the_partials_are_not_kept(
+    allocations, monkeypatch
+):
+    from fastlaunch import _numba_compat
+
+    monkeypatch.setattr(_numba_compat.config(), "CUDA_PER_THREAD_DEFAULT_STREAM", True)
+    host = np.arange(1000, dtype=np.float32)
+    plan = reduce.Plan(RecordingKernel(), 1000)
+    res = FakeArray(np.zeros(1, np.float32))
+    for _ in range(2):
+        plan.run(FakeArray(host), res, np.float32(0), 0)
+    assert len(allocations) == 2  # another thread's stream would not wait for this one's
+    plan.run(FakeArray(host), None, np.float32(0), 0)
+    assert plan.spares == [allocations[-1]]  # read back: done, kept
 
 
 # -- the call: which calls a plan takes, and what it hands the plan ----------------------------

@@ -282,6 +282,29 @@ def test_a_reduction_into_res_gives_what_numba_cuda_gives(size):
     assert_same(expected, got)
 
 
+@pytest.mark.parametrize("size", [1000, 8192 + 77])
+def test_repeated_reductions_give_each_its_own_sum(size):
+    """Calls on the default stream take back the partials of earlier ones (a plan's spares):
+    each call, with or without res, over new values, gives what numba-cuda gives."""
+    inputs = [np.arange(size, dtype=np.float64) * (k + 1) - k for k in range(6)]
+
+    def calls(r):
+        results = []
+        for k, host in enumerate(inputs):
+            if k % 2:
+                res = cuda.device_array(1, np.float64)
+                r(cuda.to_device(host), res=res)
+                results.append(res.copy_to_host()[0])
+            else:
+                results.append(r(cuda.to_device(host)))
+        return np.array(results)
+
+    expected, got, reduction = both(make_sum, calls)
+    assert_same(expected, got)
+    (plan,) = reduction._fastlaunch_plans.values()
+    assert len(plan.spares) == 1
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

@@ -51,7 +51,9 @@ def key_of(value: Any) -> Any:
     from them); scalars: their class (an int also whether it fits 64 bits, which decides its
     NumPy dtype)."""
     cls = type(value)
-    kind = kind_of(cls)
+    kind = _kinds.get(cls)  # (``kind_of``, without its frame: this runs per argument per call)
+    if kind is None:
+        kind = kind_of(cls)
     if kind is NUMBA_ARRAY or kind is HOST_ARRAY:
         return (kind, value.dtype, value.shape, value.strides)
     if kind is SCALAR:

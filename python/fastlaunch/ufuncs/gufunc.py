@@ -28,7 +28,16 @@ from fastlaunch.ufuncs import arguments, kernels, plans
 class Plan:
     """A gufunc call's work, fixed by its key."""
 
-    __slots__ = ("copies", "kernel", "griddim", "blockdim", "outputs", "to_host", "launchers")
+    __slots__ = (
+        "copies",
+        "copies_any",
+        "kernel",
+        "griddim",
+        "blockdim",
+        "outputs",
+        "to_host",
+        "launchers",
+    )
 
     def __init__(
         self,
@@ -40,6 +49,7 @@ class Plan:
         to_host: bool,
     ) -> None:
         self.copies = copies
+        self.copies_any = any(copies)
         self.kernel = kernel
         self.griddim = griddim
         self.blockdim = blockdim
@@ -49,7 +59,7 @@ class Plan:
 
     def run(self, args: tuple, out: Any, stream: Any) -> Any:
         cuda = sys.modules["numba.cuda"]
-        if any(self.copies):
+        if self.copies_any:
             args = tuple(
                 cuda.to_device(value, stream=stream) if copy else value
                 for copy, value in zip(self.copies, args, strict=True)
@@ -85,9 +95,11 @@ def call(gufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
             return numba_call(gufunc, *args, **kws)
     else:
         stream, out, out_key = 0, None, None
-    key = (plans.device(), out_key, stream == 0 or stream is None, *map(arguments.key_of, args))
-    if any(part is None or part[0] == arguments.SCALAR for part in key[3:]):
-        return numba_call(gufunc, *args, **kws)  # scalars: numba-cuda broadcasts them
+    argument_keys = tuple(map(arguments.key_of, args))
+    for part in argument_keys:
+        if part is None or part[0] == arguments.SCALAR:
+            return numba_call(gufunc, *args, **kws)  # scalars: numba-cuda broadcasts them
+    key = (plans.device(), out_key, stream == 0 or stream is None, argument_keys)
     plan = plans.find(gufunc, key, _plan, gufunc, args, out, stream)
     if plan is None:
         return numba_call(gufunc, *args, **kws)

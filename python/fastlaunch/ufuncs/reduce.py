@@ -22,17 +22,28 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.ufuncs import arguments, kernels, plans
 
 #: numba-cuda's limit on the first kernel's blocks (two warps of partial results)
 MAX_FULL_BLOCKS = 64
+#: partials arrays a plan keeps for later calls (one per thread calling it at once)
+MAX_SPARES = 4
 
 
 class Plan:
     """The launches of a reduction over ``size`` elements."""
 
-    __slots__ = ("kernel", "blocksize", "size_full", "full_blocks", "partial", "partials_size")
+    __slots__ = (
+        "kernel",
+        "blocksize",
+        "size_full",
+        "full_blocks",
+        "partial",
+        "partials_size",
+        "spares",
+    )
 
     def __init__(self, kernel: Any, size: int) -> None:
         self.kernel = kernel
@@ -42,15 +53,24 @@ class Plan:
         # the blocks stride over all full chunks: at most MAX_FULL_BLOCKS of them
         self.full_blocks = min(size_full // self.blocksize, MAX_FULL_BLOCKS)
         self.partials_size = self.full_blocks + (1 if self.partial else 0)
+        # partials arrays no launch uses any more (see `_done_with`)
+        self.spares: list[Any] = []
 
     def run(self, array: Any, res: Any, init: Any, stream: Any) -> Any:
         kernel, blocksize, size_full = self.kernel, self.blocksize, self.size_full
         full_blocks, partial = self.full_blocks, self.partial
+        # spares are taken and given back by calls on the default stream only, outside a
+        # capture (whose launches there are captured: they run at each replay, later)
+        recycles = (stream == 0 or stream is None) and _core.followed_capture() is None
         if self.partials_size == 1 and res is not None:
             partials = res  # the one kernel writes the result in place
+        elif recycles and self.spares:
+            try:
+                partials = self.spares.pop()  # atomic: no two calls hold the same spare
+            except IndexError:  # another thread took the last one
+                partials = self._new_partials(array.dtype)
         else:
-            cuda = sys.modules["numba.cuda"]
-            partials = cuda.device_array(shape=self.partials_size, dtype=array.dtype)
+            partials = self._new_partials(array.dtype)
         if full_blocks:
             if partial:
                 kernel[full_blocks, blocksize, stream](
@@ -67,8 +87,38 @@ class Plan:
             target = partials if res is None else res
             kernel[1, self.partials_size, stream](partials, target, init, False)
         if res is not None:
+            if recycles and partials is not res:
+                self._done_with(partials, synchronized=False)
             return None
-        return partials[0]
+        value = first_element(partials)
+        if recycles:
+            self._done_with(partials, synchronized=True)
+        return value
+
+    def _new_partials(self, dtype: Any) -> Any:
+        return sys.modules["numba.cuda"].device_array(shape=self.partials_size, dtype=dtype)
+
+    def _done_with(self, partials: Any, synchronized: bool) -> None:
+        """Keeps ``partials``, which this call's launches on the default stream used, for a
+        later call there where none of them can still touch them when that call's launches
+        run: either this call's result was read back there (they are done), or that stream
+        is the legacy one (which runs every later call's launches after them). numba-cuda
+        allocates partials per call; a spare saves the array object and its allocation."""
+        if len(self.spares) >= MAX_SPARES:
+            return
+        if synchronized or not numba_cuda.config().CUDA_PER_THREAD_DEFAULT_STREAM:
+            self.spares.append(partials)
+
+
+def first_element(array: Any) -> Any:
+    """``array[0]`` as numba-cuda's ``DeviceNDArray.__getitem__`` reads it: one element copied
+    back on the default stream (which waits for the work there), as a NumPy scalar; without
+    the view and pointer objects numba-cuda makes on the way."""
+    import numpy as np
+
+    host = np.empty(1, dtype=array.dtype)
+    _core.copy_to_host(host, array.device_ctypes_pointer.value, 0, host.nbytes)
+    return host[0]
 
 
 def call(reduction: Any, args: tuple, kws: dict, numba_call: Any) -> Any:

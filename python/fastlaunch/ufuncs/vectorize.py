@@ -90,7 +90,10 @@ class Plan:
         launch_args = args if self.passes else self._staged(args, cuda, stream)
         if out is None:
             out = cuda.device_array(self.shape, self.dtype, stream=stream)
-        self.launcher(stream)(*launch_args, out)
+        last_stream, launcher = self.launchers  # (``launcher``, without its frame)
+        if launcher is None or last_stream is not stream:
+            launcher = self.launcher(stream)
+        launcher(*launch_args, out)
         return out.copy_to_host() if self.to_host else out
 
     def _staged(self, args: tuple, cuda: Any, stream: Any) -> list:
