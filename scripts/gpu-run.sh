@@ -12,7 +12,7 @@
 #              are installed into /tmp/site-numba-cuda-V, first on PYTHONPATH; carry
 #              .whl-versions
 #   rust       .gpu/bin/*-tests $RUST_TEST_ARGS (the Rust tests that need a GPU)
-#   tests      python3 -m pytest -m gpu tests $PYTEST_ARGS
+#   tests      python3 -m pytest -m gpu $PYTEST_TARGETS $PYTEST_ARGS (PYTEST_TARGETS: tests)
 #   bench      python3 benchmarks/run.py --out $OUT $BENCH_ARGS (when that file exists)
 #   stages     python3 benchmarks/stages.py (per-stage launch cost)
 #   gap        python3 benchmarks/gap_probe.py: case D's reused-minus-bound cost timed the ways
@@ -57,7 +57,10 @@
 #
 # env: OUT             where logs and results go (default ./gpu-out)
 #      PYTEST_ARGS     extra pytest arguments, shell-quoted (e.g. "-k 'launch and torch' -x")
-#      PYTEST_TARGETS  what the tests part runs (default: tests), e.g. node ids of one run's failures
+#      PYTEST_TARGETS  what the tests part runs (default: tests), shell words with globs. The
+#                      whole GPU suite takes about 9 minutes on the H200, near the device tool's
+#                      10 a call: run it as two calls, 'tests/test_gpu_[a-l]*.py' and
+#                      'tests/test_gpu_[m-z]*.py'
 #      PYTEST_TIMEOUT  seconds before the tests part is interrupted (900); PYTEST_HANG_S (120):
 #                      a test running longer has every thread's stack printed
 #      RUST_TEST_ARGS  arguments for the Rust test binaries (default --ignored)
@@ -168,7 +171,7 @@ py_tests() {
   # a test that hangs has its stack printed after PYTEST_HANG_S, and the run is interrupted
   # (SIGINT: pytest still prints which tests failed) after PYTEST_TIMEOUT
   local targets=()
-  read -ra targets <<<"${PYTEST_TARGETS:-tests}"
+  eval "targets=(${PYTEST_TARGETS:-tests})"  # globs expand: tests/test_gpu_[a-l]*.py
   timeout -s INT -k 30 "${PYTEST_TIMEOUT:-900}" python3 -m pytest -m gpu "${targets[@]}" -q -rfE \
     -p no:cacheprovider -o faulthandler_timeout="${PYTEST_HANG_S:-120}" \
     --junitxml="$OUT/pytest-junit.xml" "${extra[@]}"
