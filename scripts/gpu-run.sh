@@ -58,7 +58,7 @@
 # env: OUT             where logs and results go (default ./gpu-out)
 #      PYTEST_ARGS     extra pytest arguments, shell-quoted (e.g. "-k 'launch and torch' -x")
 #      PYTEST_TARGETS  what the tests part runs (default: tests), shell words with globs. The
-#                      whole GPU suite takes about 9 minutes on the H200, near the device tool's
+#                      whole GPU suite takes over 9 minutes on the H200, near the device tool's
 #                      10 a call: run it as two calls, 'tests/test_gpu_[a-l]*.py' and
 #                      'tests/test_gpu_[m-z]*.py'
 #      PYTEST_TIMEOUT  seconds before the tests part is interrupted (900); PYTEST_HANG_S (120):
