@@ -173,6 +173,21 @@ def numba_array(shape, dtype=np.float32):
     return DeviceNDArray(shape, strides, dtype, gpu_data=FakeGpuData())
 
 
+def test_the_result_is_read_as_one_element_copied_on_the_default_stream(monkeypatch):
+    from fastlaunch import _core
+
+    copies = []
+
+    def copy_to_host(host, pointer, stream, nbytes):
+        copies.append((host.shape, host.dtype, pointer, stream, nbytes))
+        host[0] = 42.5
+
+    monkeypatch.setattr(_core, "copy_to_host", copy_to_host)
+    value = reduce.first_element(numba_array((65,), np.float64))
+    assert copies == [((1,), np.dtype(np.float64), FakeGpuData._Pointer.value, 0, 8)]
+    assert type(value) is np.float64 and value == 42.5  # numba-cuda's partials[0]: a scalar
+
+
 @pytest.fixture
 def planned_reduction(monkeypatch):
     """A reduction whose plans are recorded (not run) and whose numba-cuda calls are noted."""
