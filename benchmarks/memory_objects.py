@@ -23,7 +23,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.stand_in import stand_in_context, timing_arguments  # noqa: E402
+from benchmarks.stand_in import (  # noqa: E402
+    best_microseconds,
+    stand_in_context,
+    timing_arguments,
+)
 
 
 def tutorial_memory(arrays: Any, streams: Any, transfers: Any, price: Any) -> None:
@@ -87,10 +91,8 @@ def main() -> None:
     ]
     print(f"{'case':46} {'us/call':>8}")
     for name, statement in cases:
-        timer = timeit.Timer(statement, globals=names)
-        timer.timeit(1000)  # warm: layouts, dtypes and the context looked up once
-        best = min(timer.repeat(arguments.repeats, arguments.loops)) / arguments.loops
-        print(f"{name:46} {best * 1e6:8.3f}")
+        best = best_microseconds(timeit.Timer(statement, globals=names), arguments)
+        print(f"{name:46} {best:8.3f}")
     _core.stream_synchronize(0)
 
 

@@ -16,7 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.stand_in import stand_in_context, timing_arguments  # noqa: E402
+from benchmarks.stand_in import (  # noqa: E402
+    best_microseconds,
+    stand_in_context,
+    timing_arguments,
+)
 
 
 def main() -> None:
@@ -52,14 +56,13 @@ def main() -> None:
     print(f"{'case':40} {'us/call':>8} {'stream queries':>15}")
     for name, statement in cases:
         timer = timeit.Timer(statement, globals=names)
-        timer.timeit(1000)  # warm: configurations, the pool and the ring filled
-        best = min(timer.repeat(arguments.repeats, arguments.loops)) / arguments.loops
+        best = best_microseconds(timer, arguments)
         asked = "-"
         if queries is not None:
             before = queries()
             timer.timeit(1000)
             asked = f"{(queries() - before) / 1000:.1f}"
-        print(f"{name:40} {best * 1e6:8.3f} {asked:>15}")
+        print(f"{name:40} {best:8.3f} {asked:>15}")
 
 
 if __name__ == "__main__":
