@@ -43,6 +43,7 @@ class Plan:
         "partial",
         "partials_size",
         "spares",
+        "legacy_default_stream",
     )
 
     def __init__(self, kernel: Any, size: int) -> None:
@@ -55,6 +56,8 @@ class Plan:
         self.partials_size = self.full_blocks + (1 if self.partial else 0)
         # partials arrays no launch uses any more (see `_done_with`)
         self.spares: list[Any] = []
+        # numba-cuda's default stream (stream 0) is the legacy one, not one per thread
+        self.legacy_default_stream = not numba_cuda.config().CUDA_PER_THREAD_DEFAULT_STREAM
 
     def run(self, array: Any, res: Any, init: Any, stream: Any) -> Any:
         kernel, blocksize, size_full = self.kernel, self.blocksize, self.size_full
@@ -106,7 +109,7 @@ class Plan:
         allocates partials per call; a spare saves the array object and its allocation."""
         if len(self.spares) >= MAX_SPARES:
             return
-        if synchronized or not numba_cuda.config().CUDA_PER_THREAD_DEFAULT_STREAM:
+        if synchronized or self.legacy_default_stream:
             self.spares.append(partials)
 
 
