@@ -61,6 +61,14 @@ def _flush():
     cuda.current_context().memory_manager.deallocations.clear()
 
 
+@pytest.fixture(autouse=True)
+def _an_empty_cache():
+    """Each test starts with nothing kept: a class filled by earlier tests would not keep the
+    block a test frees, and would hand out another."""
+    _flush()
+    _core.pool_trim(_core.current_device() or 0)
+
+
 KINDS = ("legacy", "blocking", "non-blocking")
 
 
