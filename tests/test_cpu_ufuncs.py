@@ -250,9 +250,9 @@ def test_calls_a_plan_does_not_cover_go_to_numba_cudas_own_call(ufunc):
     out = np.empty(5)
     assert ufunc(a, a, out=out) is not None  # a host out=: numba-cuda's call
     np.testing.assert_array_equal(out, a * 3)
-    ufunc([1.0, 2.0], 1.0)  # a list: numba-cuda's call (no key)
+    ufunc([1.0, 2.0], 1.0)  # a list: numba-cuda's call, remembered as such
     np.testing.assert_array_equal(ufunc(np.ones(3), 1.0, stream=1), 3)  # host with a stream
-    assert plans(ufunc) == [None]  # only the last has a key (no plan for it)
+    assert plans(ufunc) == [None, None]  # the host out= has no key
 
 
 def test_argument_kinds():

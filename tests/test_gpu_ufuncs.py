@@ -123,9 +123,9 @@ CASES = {
     "no loop": (lambda u: u(cuda.to_device(np.ones(4, np.int8)), 1), False),
     "mixed dtypes": (lambda u: u(cuda.to_device(F32), cuda.to_device(F64[0])), False),
     "shapes do not broadcast": (lambda u: u(cuda.to_device(F64), cuda.to_device(F32[:7])), False),
-    # numba-cuda's own call at once, no key made: an argument or out= no plan takes
+    "list": (lambda u: u([1.0, 2.0], 1.0), False),
+    # numba-cuda's own call at once, no key made: an out= no plan takes
     "host out=": (lambda u: u(F32, F32, out=np.empty(4096, np.float32)), None),
-    "list": (lambda u: u([1.0, 2.0], 1.0), None),
 }
 
 
@@ -425,7 +425,7 @@ GUFUNC_CASES = {
     "a cast to the loop": (lambda g: g(M32.astype(np.int32), M32.astype(np.int32)), False),
     "positional out": (
         lambda g: g(cuda.to_device(M32), cuda.to_device(M32), cuda.device_array(256, np.float32)),
-        None,
+        False,
     ),
     "wrong core shapes": (
         lambda g: g(cuda.to_device(M32), cuda.to_device(M32[:, :8].copy())),

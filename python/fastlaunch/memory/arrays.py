@@ -31,6 +31,13 @@ def device_array(
     return new_device_array(shape, strides, dtype, stream, "shape")
 
 
+def contiguous_layout(shape: tuple[int, ...], dtype: Any) -> tuple | None:
+    """``(NumPy dtype, objects.layout(...))`` of the C-contiguous array
+    ``device_array(shape, dtype)`` makes, for a caller that makes many (``allocate_array``
+    makes each); None where ``device_array``'s own checks decide (an extent of 0)."""
+    return _contiguous_layout(shape, "C", dtype)
+
+
 #: per (shape, itemsize, order) of a contiguous array: its ``objects.layout``
 _contiguous: dict[tuple, tuple] = {}
 #: per (shape, dtype, order) arguments of a contiguous array whose dtype is a name or a

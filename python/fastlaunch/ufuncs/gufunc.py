@@ -23,6 +23,9 @@ from typing import Any
 import numpy as np
 
 from fastlaunch.ufuncs import arguments, kernels, plans
+from fastlaunch.ufuncs.arguments import key_of
+from fastlaunch.ufuncs.outputs import Output
+from fastlaunch.ufuncs.plans import UNPLANNED
 
 
 class Plan:
@@ -35,6 +38,7 @@ class Plan:
         "griddim",
         "blockdim",
         "outputs",
+        "single",
         "to_host",
         "launchers",
     )
@@ -45,7 +49,7 @@ class Plan:
         kernel: Any,
         griddim: int,
         blockdim: int,
-        outputs: tuple[tuple[tuple[int, ...], np.dtype], ...],
+        outputs: tuple[Output, ...],
         to_host: bool,
     ) -> None:
         self.copies = copies
@@ -54,35 +58,35 @@ class Plan:
         self.griddim = griddim
         self.blockdim = blockdim
         self.outputs = outputs
+        # the one output of most gufuncs (a call passes it alone, no list)
+        self.single = outputs[0] if len(outputs) == 1 else None
         self.to_host = to_host
         self.launchers: tuple[Any, Any] = (None, None)
 
     def run(self, args: tuple, out: Any, stream: Any) -> Any:
-        cuda = sys.modules["numba.cuda"]
         if self.copies_any:
+            to_device = sys.modules["numba.cuda"].to_device
             args = tuple(
-                cuda.to_device(value, stream=stream) if copy else value
+                to_device(value, stream=stream) if copy else value
                 for copy, value in zip(self.copies, args, strict=True)
             )
-        if out is None:
-            outputs = [cuda.device_array(s, d, stream=stream) for s, d in self.outputs]
-        else:
-            outputs = [out]
         last_stream, launcher = self.launchers
         if launcher is None or last_stream is not stream:
             launcher = self.kernel[self.griddim, self.blockdim, stream]
             self.launchers = (stream, launcher)
+        if self.single is not None:
+            output = self.single.new(stream) if out is None else out
+            launcher(*args, output)
+            return output.copy_to_host() if self.to_host else output
+        outputs = [output.new(stream) for output in self.outputs]  # (out= only with one)
         launcher(*args, *outputs)
         if self.to_host:
             outputs = [output.copy_to_host() for output in outputs]
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return tuple(outputs)
 
 
 def call(gufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
     """``gufunc(*args, **kws)``: by a remembered plan, or numba-cuda's ``numba_call``."""
-    engine = gufunc.engine
-    if len(args) != engine.nin:
-        return numba_call(gufunc, *args, **kws)  # outputs given positionally, or an error
     if kws:
         stream = kws.get("stream", 0)
         out = kws.get("out")
@@ -90,17 +94,16 @@ def call(gufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
             return numba_call(gufunc, *args, **kws)
         out_key = None if out is None else arguments.key_of(out)
         if out is not None and (
-            out_key is None or out_key[0] != arguments.NUMBA_ARRAY or engine.nout != 1
+            out_key is None or out_key[0] != arguments.NUMBA_ARRAY or gufunc.engine.nout != 1
         ):
             return numba_call(gufunc, *args, **kws)
     else:
         stream, out, out_key = 0, None, None
-    argument_keys = tuple(map(arguments.key_of, args))
-    for part in argument_keys:
-        if part is None or part[0] == arguments.SCALAR:
-            return numba_call(gufunc, *args, **kws)  # scalars: numba-cuda broadcasts them
-    key = (plans.device(), out_key, stream == 0 or stream is None, argument_keys)
-    plan = plans.find(gufunc, key, _plan, gufunc, args, out, stream)
+    key = (plans.device(), out_key, stream == 0 or stream is None, tuple(map(key_of, args)))
+    remembered = gufunc.__dict__.get("_fastlaunch_plans")  # (``plans.find``, without its frame)
+    plan = UNPLANNED if remembered is None else remembered.get(key, UNPLANNED)
+    if plan is UNPLANNED:
+        plan = plans.find(gufunc, key, _plan, gufunc, args, out, stream)
     if plan is None:
         return numba_call(gufunc, *args, **kws)
     return plan.run(args, out, stream)
@@ -108,7 +111,11 @@ def call(gufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
 
 def _plan(gufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
     """The plan of a call, or None (numba-cuda's own call, which raises its own errors)."""
+    if len(args) != gufunc.engine.nin:
+        return None  # outputs given positionally, or an error
     kinds = [arguments.kind_of(type(value)) for value in args]
+    if arguments.SCALAR in kinds or arguments.OTHER in kinds:
+        return None  # scalars (numba-cuda broadcasts them), and what only numba-cuda takes
     shapes = [arguments.shape_of(value) for value in args]
     try:
         schedule = gufunc.engine.schedule(shapes)
@@ -130,19 +137,18 @@ def _plan(gufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
     if not all(value.flags.c_contiguous or value.flags.f_contiguous for value in host):
         return None
     outputs = tuple(
-        (tuple(shape), np.dtype(dtype))
+        Output(tuple(shape), np.dtype(dtype))
         for shape, dtype in zip(schedule.output_shapes, out_dtypes, strict=True)
     )
-    if out is not None and (tuple(out.shape), out.dtype) != outputs[0]:
+    if out is not None and (tuple(out.shape), out.dtype) != (outputs[0].shape, outputs[0].dtype):
         return None
     kernel = kernels.as_fastlaunch(kernel)
     copies = tuple(kind == arguments.HOST_ARRAY for kind in kinds)
-    cuda = sys.modules["numba.cuda"]
     example = [
         kernels.copy_twin(value) if copy else value
         for copy, value in zip(copies, args, strict=True)
     ]
-    example += [out] if out is not None else [cuda.device_array(s, d) for s, d in outputs]
+    example += [out] if out is not None else [output.new(0) for output in outputs]
     blockdim = kernels.block_size(kernel, tuple(example))
     griddim = (loop + blockdim - 1) // blockdim
     to_host = out is None and all(copies)

@@ -28,6 +28,9 @@ import numpy as np
 
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.ufuncs import arguments, kernels, plans, stagers
+from fastlaunch.ufuncs.arguments import key_of
+from fastlaunch.ufuncs.outputs import Output
+from fastlaunch.ufuncs.plans import UNPLANNED
 
 #: what a key maps to when numba-cuda's own call takes that call
 NUMBA = None
@@ -47,8 +50,7 @@ class Plan:
         "kernel",
         "griddim",
         "blockdim",
-        "shape",
-        "dtype",
+        "output",
         "to_host",
         "passes",
         "launchers",
@@ -70,8 +72,7 @@ class Plan:
         self.kernel = kernel
         self.griddim = griddim
         self.blockdim = blockdim
-        self.shape = shape
-        self.dtype = dtype
+        self.output = Output(shape, dtype)
         self.to_host = to_host
         # every argument a device array, launched as it is
         self.passes = all(action == _PASS for action in actions)
@@ -86,18 +87,18 @@ class Plan:
         return launcher
 
     def run(self, args: tuple, out: Any, stream: Any) -> Any:
-        cuda = sys.modules["numba.cuda"]
-        launch_args = args if self.passes else self._staged(args, cuda, stream)
+        launch_args = args if self.passes else self._staged(args, stream)
         if out is None:
-            out = cuda.device_array(self.shape, self.dtype, stream=stream)
+            out = self.output.new(stream)
         last_stream, launcher = self.launchers  # (``launcher``, without its frame)
         if launcher is None or last_stream is not stream:
             launcher = self.launcher(stream)
         launcher(*launch_args, out)
         return out.copy_to_host() if self.to_host else out
 
-    def _staged(self, args: tuple, cuda: Any, stream: Any) -> list:
+    def _staged(self, args: tuple, stream: Any) -> list:
         """The arguments as launched: scalars cast, host arrays copied to the device."""
+        to_device = sys.modules["numba.cuda"].to_device
         staged = []
         for action, cast, value in zip(self.actions, self.casts, args, strict=True):
             if action == _PASS:
@@ -105,7 +106,7 @@ class Plan:
             elif action == _CAST:
                 staged.append(cast(value))
             else:
-                staged.append(cuda.to_device(value, stream=stream))
+                staged.append(to_device(value, stream=stream))
         return staged
 
 
@@ -121,11 +122,11 @@ def call(ufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
             return numba_call(ufunc, *args, **kws)
     else:
         stream, out, out_key = 0, None, None
-    argument_keys = tuple(map(arguments.key_of, args))
-    if None in argument_keys:
-        return numba_call(ufunc, *args, **kws)  # an argument only numba-cuda's call takes
-    key = (plans.device(), out_key, stream == 0 or stream is None, argument_keys)
-    plan = plans.find(ufunc, key, _plan, ufunc, args, out, stream)
+    key = (plans.device(), out_key, stream == 0 or stream is None, tuple(map(key_of, args)))
+    remembered = ufunc.__dict__.get("_fastlaunch_plans")  # (``plans.find``, without its frame)
+    plan = UNPLANNED if remembered is None else remembered.get(key, UNPLANNED)
+    if plan is UNPLANNED:
+        plan = plans.find(ufunc, key, _plan, ufunc, args, out, stream)
     if plan is NUMBA:
         return numba_call(ufunc, *args, **kws)
     return plan.run(args, out, stream)
@@ -135,6 +136,8 @@ def _plan(ufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
     """The plan of a call, or None (numba-cuda's own call) where a plan cannot give what
     numba-cuda gives. numba-cuda's refusals (no loop, shapes that do not broadcast) are
     raised by its own call, so None for them too."""
+    if any(arguments.kind_of(type(value)) == arguments.OTHER for value in args):
+        return NUMBA  # an argument only numba-cuda's call takes
     try:
         loop_dtypes, result_dtype, kernel, shape = numba_cuda.ufunc_loop(ufunc.functions, args)
     except Exception:
