@@ -19,6 +19,8 @@ OTHER = 4  # lists, NumPy bools, mapped arrays, ...: numba-cuda's own code takes
 
 #: the kind of each argument class seen
 _kinds: dict[type, int] = {}
+#: numba-cuda's DeviceNDArray, once an argument was one (``keys_of`` reads these inline)
+_numba_array_class: type | None = None
 
 _INT64 = (-(2**63), 2**63)
 
@@ -31,7 +33,9 @@ def kind_of(cls: type) -> int:
 
 
 def _classify(cls: type) -> int:
+    global _numba_array_class
     if cls is numba_cuda.devicearray().DeviceNDArray:
+        _numba_array_class = cls
         return NUMBA_ARRAY
     if cls is np.ndarray:
         return HOST_ARRAY
@@ -71,6 +75,20 @@ def key_of(value: Any) -> Any:
             interface["data"][1],
         )
     return None
+
+
+def keys_of(args: tuple) -> tuple:
+    """``key_of`` of each argument, numba-cuda's arrays (most calls' arguments) read here
+    without its frame."""
+    numba_array = _numba_array_class
+    return tuple(
+        [
+            (NUMBA_ARRAY, value.dtype, value.shape, value.strides)
+            if type(value) is numba_array
+            else key_of(value)
+            for value in args
+        ]
+    )
 
 
 def shape_of(value: Any) -> tuple[int, ...]:

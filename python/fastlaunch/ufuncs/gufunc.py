@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fastlaunch.ufuncs import arguments, kernels, plans
-from fastlaunch.ufuncs.arguments import key_of
+from fastlaunch.ufuncs.arguments import keys_of
 from fastlaunch.ufuncs.outputs import Output
 from fastlaunch.ufuncs.plans import UNPLANNED
 
@@ -99,7 +99,7 @@ def call(gufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
             return numba_call(gufunc, *args, **kws)
     else:
         stream, out, out_key = 0, None, None
-    key = (plans.device(), out_key, stream == 0 or stream is None, tuple(map(key_of, args)))
+    key = (plans.device(), out_key, stream == 0 or stream is None, keys_of(args))
     remembered = gufunc.__dict__.get("_fastlaunch_plans")  # (``plans.find``, without its frame)
     plan = UNPLANNED if remembered is None else remembered.get(key, UNPLANNED)
     if plan is UNPLANNED:

@@ -28,7 +28,7 @@ import numpy as np
 
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.ufuncs import arguments, kernels, plans, stagers
-from fastlaunch.ufuncs.arguments import key_of
+from fastlaunch.ufuncs.arguments import keys_of
 from fastlaunch.ufuncs.outputs import Output
 from fastlaunch.ufuncs.plans import UNPLANNED
 
@@ -122,7 +122,7 @@ def call(ufunc: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
             return numba_call(ufunc, *args, **kws)
     else:
         stream, out, out_key = 0, None, None
-    key = (plans.device(), out_key, stream == 0 or stream is None, tuple(map(key_of, args)))
+    key = (plans.device(), out_key, stream == 0 or stream is None, keys_of(args))
     remembered = ufunc.__dict__.get("_fastlaunch_plans")  # (``plans.find``, without its frame)
     plan = UNPLANNED if remembered is None else remembered.get(key, UNPLANNED)
     if plan is UNPLANNED:
