@@ -265,6 +265,16 @@ def test_argument_kinds():
     assert arguments.key_of(2**63) != arguments.key_of(1)  # its NumPy dtype differs
 
 
+def test_a_calls_keys_are_each_arguments_key():
+    """``keys_of`` reads numba-cuda's arrays inline: the same key as ``key_of`` gives."""
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    numba_array = DeviceNDArray((4, 3), (8, 32), np.float64, gpu_data=object())  # F-order
+    mixed = (numba_array, np.ones(3), 2.5, FakeDeviceArray(np.ones(2, np.int8)), [1], numba_array)
+    assert arguments.keys_of(mixed) == tuple(map(arguments.key_of, mixed))
+    assert arguments.keys_of(mixed)[0] == (arguments.NUMBA_ARRAY, np.float64, (4, 3), (8, 32))
+
+
 def test_install_replaces_the_calls_and_uninstall_puts_them_back():
     from numba.cuda.kernels.reduction import Reduce
     from numba.cuda.vectorizers import CUDAGeneralizedUFunc
