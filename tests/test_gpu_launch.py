@@ -4,6 +4,7 @@ and repeated launches stay on the Rust fast path (the miss counter does not move
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -327,3 +328,29 @@ def test_math_inside_kernels():
     sines[1, 128](out, cuda.to_device(x))
     fl.synchronize()
     np.testing.assert_allclose(to_host(out), np.sin(x))
+
+
+@pytest.mark.parametrize("launch", ["first", "second"])
+def test_the_arrays_of_a_launch_are_released_when_dropped(launch):
+    """As under numba-cuda, a launch holds no reference to its arguments once it returns:
+    the array dropped after it goes at once (its memory to the stream-ordered free), also
+    after the launch that compiled the kernel. Seen on the H200 on 2026-12-05: after a
+    kernel's first launch the argument tuple stayed referenced (not a cycle: ``gc.collect``
+    did not free it) until a later launch; the stand-in driver with numba-cuda's compile
+    replaced does not show it, so the holder is on the real compile's path."""
+
+    @fl.jit
+    def double(out, a):
+        i = cuda.grid(1)
+        if i < a.size:
+            out[i] = 2 * a[i]
+
+    source = fl.to_device(np.arange(1024, dtype=np.float64))
+    if launch == "second":
+        double[4, 256](fl.device_array(1024), source)
+    out = fl.device_array(1024)
+    released = weakref.ref(out)
+    double[4, 256](out, source)
+    del out
+    assert released() is None
+    cuda.synchronize()

@@ -61,6 +61,17 @@ def _flush():
     cuda.current_context().memory_manager.deallocations.clear()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _kernels_launched_once():
+    """The kernels compiled and launched once before the tests: these tests are about the
+    cache, and the arguments of a kernel's first launch were seen to stay referenced after it
+    (``test_gpu_launch.py::test_the_arrays_of_a_launch_are_released_when_dropped``)."""
+    a = fl.device_array(N)
+    slow_copy[N // 256, 256](a, a, 0)
+    fill[N // 256, 256](a, 0.0)
+    cuda.synchronize()
+
+
 @pytest.fixture(autouse=True)
 def _an_empty_cache():
     """Each test starts with nothing kept: a class filled by earlier tests would not keep the
