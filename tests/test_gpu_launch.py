@@ -353,5 +353,32 @@ def test_the_arrays_of_a_launch_are_released_when_dropped(launch):
     released = weakref.ref(out)
     double[4, 256](out, source)
     del out
-    assert released() is None
+    assert released() is None, _holders(released())
     cuda.synchronize()
+
+
+def _holders(value: object, depth: int = 4) -> str:
+    """What keeps ``value`` alive, ``depth`` referrers deep (frames by file, line and
+    function; a module's namespace not followed further): the failure names the holder."""
+    import gc
+    import sys
+
+    lines: list[str] = []
+    ours = {id(lines), id(sys._getframe())}
+
+    def walk(obj: object, level: int) -> None:
+        found = gc.get_referrers(obj)
+        ours.add(id(found))
+        for holder in found:
+            code = getattr(holder, "f_code", None)
+            if id(holder) in ours or code in (walk.__code__, _holders.__code__):
+                continue
+            ours.add(id(holder))
+            where = f"{code.co_filename}:{holder.f_lineno} {code.co_name}" if code else ""
+            lines.append("  " * level + f"{type(holder).__name__} {where or repr(holder)[:160]}")
+            namespace = isinstance(holder, dict) and "__name__" in holder
+            if level + 1 < depth and len(lines) < 60 and not namespace:
+                walk(holder, level + 1)
+
+    walk(value, 0)
+    return "held by:\n" + "\n".join(lines)
