@@ -275,6 +275,19 @@ def test_a_calls_keys_are_each_arguments_key():
     assert arguments.keys_of(mixed)[0] == (arguments.NUMBA_ARRAY, np.float64, (4, 3), (8, 32))
 
 
+def test_an_interface_giving_its_strides_as_a_list_still_keys():
+    class ListStrides(FakeDeviceArray):
+        @property
+        def __cuda_array_interface__(self) -> dict:
+            interface = dict(super().__cuda_array_interface__)
+            interface["strides"] = list(self.host.strides)
+            return interface
+
+    key = arguments.key_of(ListStrides(np.ones((2, 3))))
+    assert key[4] == (24, 8)
+    assert hash(key) == hash(arguments.key_of(ListStrides(np.ones((2, 3)))))
+
+
 def test_install_replaces_the_calls_and_uninstall_puts_them_back():
     from numba.cuda.kernels.reduction import Reduce
     from numba.cuda.vectorizers import CUDAGeneralizedUFunc

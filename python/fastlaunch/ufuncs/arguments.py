@@ -66,12 +66,15 @@ def key_of(value: Any) -> Any:
         return (kind, cls)
     if kind is CAI_ARRAY:
         interface = value.__cuda_array_interface__
+        strides = interface.get("strides")
+        if strides is not None and type(strides) is not tuple:
+            strides = tuple(strides)  # a list, where the interface says a tuple: a key still
         return (
             kind,
             cls,
             interface["typestr"],
             tuple(interface["shape"]),
-            interface.get("strides"),
+            strides,
             interface["data"][1],
         )
     return None
