@@ -337,7 +337,7 @@ def test_the_arrays_of_a_launch_are_released_when_dropped(launch):
     after the launch that compiled the kernel. Seen on the H200 on 2026-12-05: after a
     kernel's first launch the argument tuple stayed referenced (not a cycle: ``gc.collect``
     did not free it) until a later launch; on the stand-in driver (numba-cuda's real compile,
-    its module load replaced; CPython 3.11) it is not held
+    its module load replaced; CPython 3.11 and 3.12) it is not held
     (benchmarks/results/gpu-tests-2026-12-05-9504548.md)."""
 
     @fl.jit
