@@ -22,6 +22,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import numpy as np
+
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.ufuncs import arguments, kernels, plans
@@ -117,8 +119,6 @@ def first_element(array: Any) -> Any:
     """``array[0]`` as numba-cuda's ``DeviceNDArray.__getitem__`` reads it: one element copied
     back on the default stream (which waits for the work there), as a NumPy scalar; without
     the view and pointer objects numba-cuda makes on the way."""
-    import numpy as np
-
     host = np.empty(1, dtype=array.dtype)
     _core.copy_to_host(host, array.device_ctypes_pointer.value, 0, host.nbytes)
     return host[0]

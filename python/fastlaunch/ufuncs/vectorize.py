@@ -136,13 +136,13 @@ def _plan(ufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
     """The plan of a call, or None (numba-cuda's own call) where a plan cannot give what
     numba-cuda gives. numba-cuda's refusals (no loop, shapes that do not broadcast) are
     raised by its own call, so None for them too."""
-    if any(arguments.kind_of(type(value)) == arguments.OTHER for value in args):
+    kinds = [arguments.kind_of(type(value)) for value in args]
+    if arguments.OTHER in kinds:
         return NUMBA  # an argument only numba-cuda's call takes
     try:
         loop_dtypes, result_dtype, kernel, shape = numba_cuda.ufunc_loop(ufunc.functions, args)
     except Exception:
         return NUMBA
-    kinds = [arguments.kind_of(type(value)) for value in args]
     shapes = [
         None if kind == arguments.SCALAR else arguments.shape_of(value)
         for kind, value in zip(kinds, args, strict=True)
