@@ -115,6 +115,36 @@ def test_a_stream_object_is_one_configuration_while_it_lives():
     assert fresh[1, 1, first].stream is first
 
 
+def test_a_stream_object_no_one_holds_is_not_kept_by_the_configurations():
+    """The launcher made over a stream object is remembered (the next `kernel[..., stream]`
+    over that object returns it), but once neither is held by anyone else, the next
+    configuration over another stream object lets both go: a stream made per call is
+    collected then, not several calls later. A stream still held keeps its launcher."""
+    import weakref
+
+    class Stream:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __cuda_stream__(self):
+            return (0, self.handle)
+
+    @fastlaunch.jit
+    def fresh(a):
+        pass
+
+    held = Stream(5)
+    launcher = fresh[1, 1, held]
+    first = Stream(7)
+    released = weakref.ref(first)
+    fresh[1, 1, first]
+    del first
+    assert released() is not None  # its launcher is remembered until the next one is made
+    fresh[1, 1, Stream(9)]
+    assert released() is None
+    assert fresh[1, 1, held] is launcher
+
+
 def test_cached_configurations_are_bounded_and_collected_with_their_kernel():
     import gc
     import weakref

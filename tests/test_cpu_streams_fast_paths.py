@@ -113,3 +113,28 @@ print(first.__cuda_stream__()[1] != second.__cuda_stream__()[1])
 """
     )
     assert lines == ["1 True", "1", "True"]
+
+
+def test_a_new_stream_per_launch_reuses_the_pool_s_streams(run_on_stand_in):
+    """A new `cuda.stream()` object per launch (the tutorial's spelling): its launcher, kept
+    by the kernel's recent configurations, no longer keeps the stream object once no one else
+    holds either, so the pool hands the stream out again within two calls (two streams in
+    all), each object over the same handle object type numba-cuda gives its streams."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from fastlaunch.memory import streams
+seen = set()
+for _ in range(20):
+    made = streams.stream()
+    seen.add(made.__cuda_stream__()[1])
+    launch(made, device)
+    del made
+idle = streams._idle[_core.current_context_key()]
+print(len(seen), len(idle))
+made = streams.stream()
+print(type(made.handle) is type(numba_driver.Context.create_external_stream(None, 1).handle))
+print(made.external, int(made.handle) in seen)
+"""
+    )
+    assert lines == ["2 1", "True", "False True"]

@@ -72,6 +72,8 @@ __all__ = [
     "StreamReturn",
     "read_numba_streams",
     "pooled_numba_stream",
+    "pool_numba_streams",
+    "numba_stream",
     "copy_to_device",
     "copy_to_host",
     "copy_device",
@@ -443,6 +445,14 @@ def read_numba_streams(stream: type, handle: type, readable: bool) -> None:
 def pooled_numba_stream(owned: Stream, idle: list[Stream]) -> Any:
     """``cuda.stream()``'s object over ``owned``, a pooled stream taken from ``idle``: its
     collection appends ``owned`` to ``idle`` again."""
+
+def pool_numba_streams(idle: dict[int, list[Stream]], first: Callable[[], Any]) -> None:
+    """Gives ``numba_stream`` the idle streams by context key and ``first``, called where the
+    current context has no idle list yet (or none is current). The first call counts."""
+
+def numba_stream() -> Any:
+    """numba-cuda's ``cuda.stream()``: a ``Stream`` over an idle stream of the current
+    context's pool (a new one when none is idle), given back to the pool when collected."""
 
 def deref_when_collected(owned: Any, owner: Any, release: PoolRelease | None = None) -> None:
     """Runs numba-cuda's ``deref`` of ``owned`` (an ``OwnedPointer`` holding a reference on

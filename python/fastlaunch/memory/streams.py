@@ -13,24 +13,25 @@ from fastlaunch import _core
 from fastlaunch.memory import objects
 from fastlaunch.memory.allocation import context
 
-_pooled_numba_stream = _core.pooled_numba_stream
-
 #: idle streams (``_core.Stream``, owning their handle) per context key
 _idle: dict[int, list[Any]] = {}
 
 
-def stream() -> Any:
-    """numba-cuda's ``cuda.stream()``: a ``Stream`` of numba-cuda's over a pooled stream."""
-    idle = _idle.get(_core.current_context_key())  # None too while no context is current
-    if idle is None:
-        objects.kinds()  # numba-cuda's classes, given to Rust before the first stream is made
-        idle = _idle.setdefault(context()[0], [])
-    try:
-        owned = idle.pop()
-    except IndexError:  # none idle (another thread may have taken the last)
-        owned = _core.Stream.create(False)
-    # its collection appends `owned` to `idle` again (in Rust, without a Python frame)
-    return _pooled_numba_stream(owned, idle)
+def _first_stream() -> Any:
+    """``stream()`` where the current context has no idle list yet, or no context is current
+    (one is made current): numba-cuda's classes are given to Rust, the list is made."""
+    objects.kinds()
+    idle = _idle.setdefault(context()[0], [])
+    owned = idle.pop() if idle else _core.Stream.create(False)
+    return _core.pooled_numba_stream(owned, idle)
+
+
+_core.pool_numba_streams(_idle, _first_stream)
+
+#: numba-cuda's ``cuda.stream()``: a numba-cuda ``Stream`` over an idle stream of the current
+#: context's pool (made when none is idle); its collection appends the pooled stream to the
+#: idle list again (in Rust, without a Python frame)
+stream = _core.numba_stream
 
 
 def forget(key: int) -> None:

@@ -103,6 +103,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<memory::StreamReturn>()?;
     m.add_function(wrap_pyfunction!(numba_stream_class::read_numba_streams, m)?)?;
     m.add_function(wrap_pyfunction!(memory::pooled_numba_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::pool_numba_streams, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::numba_stream, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_device, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_host, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_device, m)?)?;

@@ -3,10 +3,11 @@
 //! `Stream` ([`numba_stream_handle`]: what its `__cuda_stream__` returns, without calling that
 //! Python method). `memory/numba_streams.rs` makes `cuda.stream()`'s objects of that class.
 
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyInt, PyType};
+use pyo3::types::PyType;
 
 /// numba-cuda's `Stream` class and the type of the handle its streams hold.
 pub(crate) struct NumbaStreamClasses {
@@ -59,7 +60,9 @@ pub(crate) fn numba_stream_handle(stream: &Bound<'_, PyAny>) -> Option<PyResult<
             return Ok(0);
         }
         // int(handle), as __cuda_stream__ calls it
-        py.get_type::<PyInt>().call1((handle,))?.extract::<usize>()
+        // SAFETY: PyNumber_Long returns a new reference, or null with an exception set.
+        unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Long(handle.as_ptr())) }?
+            .extract::<usize>()
     })())
 }
 

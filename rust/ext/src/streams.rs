@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use fastlaunch_driver::{self as driver, LaunchDims};
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 
 use crate::devices::driver;
@@ -125,6 +126,23 @@ pub struct Stream {
     inner: driver::Stream,
     /// Made by `create` (entered in `made_streams`), not wrapping a handle.
     made_here: bool,
+    /// numba-cuda's handle object over it (a `CUstream`), made once: each `cuda.stream()`
+    /// object over this pooled stream holds it (`memory/numba_streams.rs`).
+    numba_handle: PyOnceLock<Py<PyAny>>,
+}
+
+impl Stream {
+    /// numba-cuda's handle object over this stream (`class`, its `CUstream`), made once.
+    pub(crate) fn numba_handle<'py>(
+        &self,
+        class: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = class.py();
+        let handle = self.numba_handle.get_or_try_init(py, || {
+            Ok::<_, PyErr>(class.call1((self.inner.handle(),))?.unbind())
+        })?;
+        Ok(handle.bind(py).clone())
+    }
 }
 
 impl Drop for Stream {
@@ -141,7 +159,7 @@ impl Stream {
     /// A new stream in the current context (device 0's primary if none is current).
     #[staticmethod]
     #[pyo3(signature = (non_blocking = false))]
-    fn create(non_blocking: bool) -> Result<Stream> {
+    pub(crate) fn create(non_blocking: bool) -> Result<Stream> {
         let driver = driver()?;
         let context = driver.launch_context()?;
         let inner = driver::Stream::create(driver, non_blocking)?;
@@ -149,6 +167,7 @@ impl Stream {
         Ok(Stream {
             inner,
             made_here: true,
+            numba_handle: PyOnceLock::new(),
         })
     }
 
@@ -158,6 +177,7 @@ impl Stream {
         Ok(Stream {
             inner: driver::Stream::external(driver()?, handle),
             made_here: false,
+            numba_handle: PyOnceLock::new(),
         })
     }
 

@@ -17,8 +17,9 @@
 //! alive. The launchers made last over stream objects, `RECENT` of them, are held in a ring
 //! and found by the stream object's address (which a held launcher's stream keeps): the
 //! inline spelling on a reused stream, or on a few streams in turn, gets its launcher back
-//! without reading the stream. The ring keeps at most `RECENT` streams alive per kernel, so a
-//! new pooled stream per call rotates over a few pooled handles, whose configurations hit.
+//! without reading the stream. The ring keeps at most `RECENT` streams alive per kernel, and
+//! none that only its launcher holds once the next stream object is remembered: a new pooled
+//! stream per call then rotates over two pooled handles, whose configurations hit.
 //!
 //! Entries are read lock-free (`ArcSwap`); a miss inserts under a lock, evicting the oldest
 //! entry once `CAPACITY` are held. The entries and the ring hold their launchers, which hold
@@ -33,6 +34,8 @@ use pyo3::ffi;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+
+use super::launcher::Launcher;
 
 /// Configurations kept per kernel (numba-cuda keeps 128 across all kernels).
 const CAPACITY: usize = 16;
@@ -196,7 +199,18 @@ pub(crate) struct Entry {
 pub(crate) struct Recent {
     pub(crate) key: ConfigKey,
     pub(crate) stream: usize,
-    pub(crate) launcher: Py<PyAny>,
+    pub(crate) launcher: Py<Launcher>,
+}
+
+impl Recent {
+    /// Whether only this entry holds its launcher, and only the launcher its stream object:
+    /// no one can launch with either again but through the ring, which finds the stream by
+    /// an object no one holds.
+    fn unreachable(&self, py: Python<'_>) -> bool {
+        // SAFETY: reads the reference count of an object this entry holds, under the GIL.
+        let held_once = unsafe { ffi::Py_REFCNT(self.launcher.as_ptr()) } == 1;
+        held_once && self.launcher.get().sole_holder_of_stream(py)
+    }
 }
 
 /// A kernel's cached configurations.
@@ -250,18 +264,22 @@ impl Configurations {
         let key = written.key(StreamKey::Default);
         let recent = self.recent.load();
         let found = recent.iter().find(|r| r.stream == stream && r.key == key)?;
-        Some(found.launcher.bind(py).clone())
+        Some(found.launcher.bind(py).clone().into_any())
     }
 
-    /// Puts `recent` first in the ring, dropping the oldest past `RECENT` (after the lock is
-    /// released, see [`Configurations::insert`]).
-    pub(crate) fn remember_recent(&self, recent: Recent) {
+    /// Puts `recent` first in the ring, dropping the oldest past `RECENT` and every launcher
+    /// no one else can reach any more (held by the ring alone, over a stream object held by
+    /// the launcher alone): a stream made per call is then collected now, not `RECENT` calls
+    /// later, and a pooled one is back in its pool for the next call. Dropped after the lock
+    /// is released (see [`Configurations::insert`]).
+    pub(crate) fn remember_recent(&self, py: Python<'_>, recent: Recent) {
         let replaced = {
             let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
             let current = self.recent.load_full();
             let mut next = Vec::with_capacity(RECENT);
             next.push(Arc::new(recent));
-            next.extend(current.iter().take(RECENT - 1).cloned());
+            let kept = current.iter().filter(|r| !r.unreachable(py));
+            next.extend(kept.take(RECENT - 1).cloned());
             self.recent.swap(Arc::new(next))
         };
         drop(replaced);

@@ -177,23 +177,23 @@ fn configured<'py>(
     };
     let key = written.key(StreamKey::Object(handle as u64));
     let launcher = if cache.find(&key).is_some() {
-        Bound::new(py, Launcher::on_stream(kernel, key.dims(), stream.clone()))?.into_any()
+        Bound::new(py, Launcher::on_stream(kernel, key.dims(), stream.clone()))?
     } else {
-        let launcher = parse(kernel, config)?;
+        let launcher = parse_launcher(kernel, config)?;
         // keyed by the handle the launcher holds (read from the object again by the parse)
-        let made = launcher.cast::<Launcher>().map_err(PyErr::from)?;
-        cache.insert(
-            written.key(StreamKey::Object(made.get().dims().stream as u64)),
-            None,
-        );
+        let handle = launcher.get().dims().stream as u64;
+        cache.insert(written.key(StreamKey::Object(handle)), None);
         launcher
     };
-    cache.remember_recent(Recent {
-        key: written.key(StreamKey::Default),
-        stream: stream.as_ptr() as usize,
-        launcher: launcher.clone().unbind(),
-    });
-    Ok(launcher)
+    cache.remember_recent(
+        py,
+        Recent {
+            key: written.key(StreamKey::Default),
+            stream: stream.as_ptr() as usize,
+            launcher: launcher.clone().unbind(),
+        },
+    );
+    Ok(launcher.into_any())
 }
 
 /// The full parse of `kernel[config]` (numba-cuda's errors for bad values).
@@ -201,7 +201,14 @@ fn parse<'py>(
     kernel: &Bound<'py, Kernel>,
     config: &Bound<'py, PyAny>,
 ) -> Result<Bound<'py, PyAny>> {
+    Ok(parse_launcher(kernel, config)?.into_any())
+}
+
+fn parse_launcher<'py>(
+    kernel: &Bound<'py, Kernel>,
+    config: &Bound<'py, PyAny>,
+) -> Result<Bound<'py, Launcher>> {
     kernel.get().configurations.note_parse();
     let launcher = Launcher::from_subscript(kernel, config)?;
-    Ok(Bound::new(kernel.py(), launcher)?.into_any())
+    Ok(Bound::new(kernel.py(), launcher)?)
 }

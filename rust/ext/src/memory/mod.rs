@@ -38,7 +38,9 @@ pub(crate) use handles::{
     event_synchronize, stream_create, stream_destroy, stream_query, stream_synchronize,
     stream_wait_event,
 };
-pub(crate) use numba_streams::{pooled_numba_stream, StreamReturn};
+pub(crate) use numba_streams::{
+    numba_stream, pool_numba_streams, pooled_numba_stream, StreamReturn,
+};
 pub(crate) use ordering::{after_launch, before_launch, in_use, settle_legacy_work};
 pub(crate) use pinned::{pinned_alloc, pinned_free};
 pub(crate) use pool::{

@@ -1,17 +1,70 @@
-//! [`pooled_numba_stream`]: `cuda.stream()`'s object over a pooled stream
-//! (`python/fastlaunch/memory/streams.py`), a numba-cuda `Stream` as `Context.create_stream`
-//! makes one, made without a Python frame, whose collection gives the pooled stream back to
-//! its context's idle list ([`StreamReturn`], watching it as `releases.rs`'s releases watch
-//! their pointers). Its class comes from `numba_stream_class.rs`.
+//! `cuda.stream()` under install: [`numba_stream`], a numba-cuda `Stream` over a stream of its
+//! context's pool (`python/fastlaunch/memory/streams.py` keeps the idle lists), as
+//! `Context.create_stream` makes one, made without a Python frame; its collection gives the
+//! pooled stream back to the idle list ([`StreamReturn`], watching it as `releases.rs`'s
+//! releases watch their pointers). Its class comes from `numba_stream_class.rs`.
 
 use pyo3::exceptions::PyRuntimeError;
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyTuple, PyType};
 
+use super::pool::current_context_key;
 use super::watch::Watch;
 use crate::numba_stream_class::numba_stream_classes;
 use crate::streams::Stream;
+
+/// The idle streams by context key (`streams._idle`) and the Python function that makes a
+/// context's first stream (its idle list, numba-cuda's classes), given once.
+struct Pool {
+    idle: Py<PyDict>,
+    first: Py<PyAny>,
+}
+
+static POOL: PyOnceLock<Pool> = PyOnceLock::new();
+
+/// Gives [`numba_stream`] the idle lists by context key and `first`, called for a stream
+/// where the current context has no idle list yet (or none is current). The first call counts.
+#[pyfunction]
+pub(crate) fn pool_numba_streams(idle: Bound<'_, PyDict>, first: Bound<'_, PyAny>) {
+    let py = idle.py();
+    let _ = POOL.set(
+        py,
+        Pool {
+            idle: idle.unbind(),
+            first: first.unbind(),
+        },
+    );
+}
+
+/// numba-cuda's `cuda.stream()`: a `Stream` over an idle stream of the current context's
+/// pool (a new one when none is idle), given back to the pool when collected.
+#[pyfunction]
+pub(crate) fn numba_stream(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let pool = POOL.get(py).ok_or_else(|| {
+        PyRuntimeError::new_err("the stream pool was not given (pool_numba_streams)")
+    })?;
+    let idle = match current_context_key()? {
+        Some(key) => pool.idle.bind(py).get_item(key)?,
+        None => None,
+    };
+    let Some(idle) = idle else {
+        return pool.first.bind(py).call0();
+    };
+    let idle = idle.cast_into::<PyList>()?;
+    let owned = match idle.len().checked_sub(1) {
+        // (the list's own pop, without its method call: nothing runs between the two steps)
+        Some(last) => {
+            let owned = idle.get_item(last)?.cast_into::<Stream>()?;
+            idle.del_item(last)?;
+            owned
+        }
+        None => Bound::new(py, Stream::create(false)?)?,
+    };
+    pooled_numba_stream(owned, idle)
+}
 
 /// `cuda.stream()`'s object over `owned`, a pooled stream taken from `idle` (its context's
 /// idle streams): a numba-cuda `Stream` with the attributes `Stream.__init__` sets (`handle`,
@@ -27,8 +80,8 @@ pub(crate) fn pooled_numba_stream<'py>(
     })?;
     let class = classes.stream.bind(py);
     // object.__new__, as numba-cuda's Context.create_stream leaves __init__ to the class
-    let made = class.call_method1(intern!(py, "__new__"), (class,))?;
-    let handle = classes.handle.bind(py).call1((owned.get().handle(),))?;
+    let made = new_object(class)?;
+    let handle = owned.get().numba_handle(classes.handle.bind(py).as_any())?;
     // the attributes Stream.__init__ sets, in its order
     made.setattr(intern!(py, "handle"), handle)?;
     made.setattr(intern!(py, "external"), false)?;
@@ -42,6 +95,32 @@ pub(crate) fn pooled_numba_stream<'py>(
     )?;
     release.get().watch.start(&made, release.as_any())?;
     Ok(made)
+}
+
+/// `class.__new__(class)`, calling the class's `tp_new` slot straight (no method lookup and
+/// argument tuple of the call through `__new__`).
+fn new_object<'py>(class: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
+    let py = class.py();
+    let class_pointer = class.as_type_ptr();
+    // SAFETY: reading a slot of a live type object.
+    let slot = unsafe { ffi::PyType_GetSlot(class_pointer, ffi::Py_tp_new) };
+    if slot.is_null() {
+        return class.call_method1(intern!(py, "__new__"), (class,));
+    }
+    // SAFETY: a non-null Py_tp_new slot is a `newfunc`; called as `class.__new__(class)`
+    // calls it, with an empty argument tuple and no keywords, it returns a new reference or
+    // null with an exception set.
+    unsafe {
+        let new: ffi::newfunc = std::mem::transmute(slot);
+        Bound::from_owned_ptr_or_err(
+            py,
+            new(
+                class_pointer,
+                PyTuple::empty(py).as_ptr(),
+                std::ptr::null_mut(),
+            ),
+        )
+    }
 }
 
 /// Gives a pooled stream back to its idle list when its `Stream` is collected (`watch.rs`).
