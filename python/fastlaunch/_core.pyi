@@ -74,6 +74,8 @@ __all__ = [
     "pooled_numba_stream",
     "pool_numba_streams",
     "numba_stream",
+    "read_numba_views",
+    "first_axis_view",
     "copy_to_device",
     "copy_to_host",
     "copy_device",
@@ -453,6 +455,24 @@ def pool_numba_streams(idle: dict[int, list[Stream]], first: Callable[[], Any]) 
 def numba_stream() -> Any:
     """numba-cuda's ``cuda.stream()``: a ``Stream`` over an idle stream of the current
     context's pool (a new one when none is idle), given back to the pool when collected."""
+
+def read_numba_views(
+    device_nd_array: type,
+    memory_pointer: type,
+    owned_pointer: type,
+    device_pointer: type,
+    ctypes_pointer: type,
+    layouts: dict[tuple, tuple],
+    layout: Callable[[tuple, tuple, int], tuple],
+) -> None:
+    """Gives ``first_axis_view`` numba-cuda's classes and ``objects.layout`` with its cache.
+    The first call counts."""
+
+def first_axis_view(array: Any, item: slice) -> Any:
+    """``array[item]`` for ``item`` a slice of the first axis with step 1, made here where
+    ``array`` is exactly a ``DeviceNDArray`` over an ``OwnedPointer`` with positive extents
+    and strides and the view is not empty; else None (numba-cuda's ``_do_getitem`` is to make
+    it)."""
 
 def deref_when_collected(owned: Any, owner: Any, release: PoolRelease | None = None) -> None:
     """Runs numba-cuda's ``deref`` of ``owned`` (an ``OwnedPointer`` holding a reference on

@@ -15,8 +15,9 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
 - ``numba_event``: an ``Event`` as ``Context.create_event`` makes one (a ``Stream`` as
   ``Context.create_stream`` makes one is made in Rust: ``_core.pooled_numba_stream``, from
   the classes ``kinds()`` gives it);
-- ``array_view``: a ``DeviceNDArray`` over what ``gpu_data.view(begin, end)`` returns for an
-  ``OwnedPointer`` (a ``MemoryPointer`` view of the owner, in a new ``OwnedPointer``).
+- (``d[a:b]``, a ``DeviceNDArray`` over what ``gpu_data.view(begin, end)`` returns for an
+  ``OwnedPointer``, is made in Rust from the classes ``kinds()`` gives it:
+  ``rust/ext/src/memory/numba_views.rs``).
 
 An ``OwnedPointer``'s release (numba-cuda's ``deref``: the owner's reference count down, the
 owner freed at zero) and the pool memory's release run in Rust
@@ -65,6 +66,15 @@ def kinds() -> Any:
         _classes = numba_cuda.memory_classes()
         _core.describe_births_of(_classes.DeviceNDArray)
         _core.read_numba_streams(_classes.Stream, _classes.CUstream, _reads_int_of_handle())
+        _core.read_numba_views(
+            _classes.DeviceNDArray,
+            _classes.MemoryPointer,
+            _classes.OwnedPointer,
+            _classes.CUdeviceptr,
+            _classes.device_ctypes_pointer,
+            _layouts,
+            layout,
+        )
     return _classes
 
 
@@ -154,43 +164,6 @@ def pool_memory(
     # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
     _dict_set(allocations, address, memory)
     return owned
-
-
-def array_view(array: Any, gpu_data: Any, address: int, begin: int, end: int, shape: tuple) -> Any:
-    """``DeviceNDArray(shape, array.strides, array.dtype, array.stream,
-    gpu_data=gpu_data.view(begin, end))``: what ``array[a:b]`` makes, for an ``OwnedPointer``
-    ``gpu_data`` of numba-cuda's memory at ``address`` (non-null: the callers check),
-    0 <= begin <= end, and the view's ``shape`` (the array's, first extent aside). Its
-    steps inline: it is on the path of every ``d[a:b]``."""
-    classes = _classes or kinds()
-    view = gpu_data._view
-    owner = view.owner  # the owning allocation itself (MemoryPointer.owner)
-    address += begin
-    size = end - begin
-    # MemoryPointer.view: a MemoryPointer of the owner (MemoryPointer.__init__'s
-    # attributes, in its order) ...
-    pointer = classes.CUdeviceptr(address)
-    memory = _new(classes.MemoryPointer)
-    memory.context = view.context
-    memory.device_pointer = pointer
-    memory.size = size
-    memory._cuda_memsize_ = size
-    memory.is_managed = False
-    memory.refct = 1
-    memory.handle = pointer
-    memory._owner = owner
-    # ... in an OwnedPointer, which takes a reference on the owner (counted on the owner
-    # itself: through its proxy costs twice as much)
-    owner.refct += 1
-    proxy = _proxy(owner)
-    owned = _new(classes.OwnedPointer)
-    owned._mem = proxy
-    owned._view = memory
-    _deref_when_collected(owned, proxy)
-    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
-    dtype = array.dtype
-    described = layout(shape, array.strides, dtype.itemsize)
-    return device_ndarray(described, dtype, array.stream, owned, address)
 
 
 def numba_event(handle: int, deallocations: Any) -> Any:

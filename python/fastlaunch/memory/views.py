@@ -1,15 +1,15 @@
 """numba-cuda's ``DeviceNDArray`` views made without its slow paths: ``d[a:b]``
-(``__getitem__``), ``reshape`` and ``ravel``. Each computes what numba-cuda computes (its
-``dummyarray`` where the case is not the plain one) and builds the view as
-``objects.device_ndarray`` and ``objects.array_view`` do; whatever is outside the cases
-handled here goes to numba-cuda's own code (``_do_getitem``, the original methods), so its
-results and errors stay its own. Neither asks numba-cuda for its context (a view allocates
-nothing)."""
+(``__getitem__``, built in Rust), ``reshape`` and ``ravel``. Each computes what numba-cuda
+computes (its ``dummyarray`` where the case is not the plain one) and builds the view as
+``objects.device_ndarray`` does; whatever is outside the cases handled here goes to
+numba-cuda's own code (``_do_getitem``, the original methods), so its results and errors stay
+its own. Neither asks numba-cuda for its context (a view allocates nothing)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.memory import objects
 from fastlaunch.memory.originals import original
@@ -17,55 +17,20 @@ from fastlaunch.memory.originals import original
 
 def getitem(self: Any, item: Any) -> Any:
     """``DeviceNDArray.__getitem__``: a slice of the first axis with step 1 of an array with
-    positive strides (``d[1:-1]``, ``d[:n]``) is built here; the rest is numba-cuda's
+    positive strides (``d[1:-1]``, ``d[:n]``) is built in Rust; the rest is numba-cuda's
     ``_do_getitem``."""
     if type(item) is slice and item.step is None:
-        view = first_axis_slice(self, item)
+        view = _first_axis_view(self, item)
         if view is not None:
             return view
     return self._do_getitem(item)
 
 
-def first_axis_slice(self: Any, item: slice) -> Any:
-    """``self[item]`` built here (``item`` a slice of the first axis with step 1), or None
-    where numba-cuda's ``_do_getitem`` is to make it."""
-    classes = objects._classes or objects.kinds()
-    if type(self) is not classes.DeviceNDArray:
-        return None
-    gpu_data = self.gpu_data
-    if type(gpu_data) is not classes.OwnedPointer:
-        return None
-    shape, strides = self.shape, self.strides
-    if len(shape) == 1:
-        extent = shape[0]
-        stride = strides[0]
-        if stride <= 0 or extent <= 0:
-            return None  # numba-cuda's dummy array treats these its own way
-        start, stop, _ = item.indices(extent)
-        count = stop - start
-        if count <= 0:
-            return None
-        view_shape: tuple = (count,)
-        begin = start * stride
-        end = begin + (count - 1) * stride + self.dtype.itemsize
-    else:
-        if not shape or min(strides) <= 0 or min(shape) <= 0:
-            return None
-        stride = strides[0]
-        start, stop, _ = item.indices(shape[0])
-        count = stop - start
-        if count <= 0:
-            return None
-        view_shape = (count, *shape[1:])
-        # numba-cuda's extent of the sliced dummy array: first element to one past the last
-        begin = start * stride
-        end = begin + (count - 1) * stride + self.dtype.itemsize
-        for n, s in zip(shape[1:], strides[1:], strict=True):
-            end += (n - 1) * s
-    address = gpu_data.device_ctypes_pointer.value
-    if not address:
-        return None
-    return objects.array_view(self, gpu_data, address, begin, end, view_shape)
+#: ``self[item]`` (``item`` a slice of the first axis with step 1) built in Rust
+#: (``rust/ext/src/memory/numba_views.rs``), or None where numba-cuda's ``_do_getitem`` is to
+#: make it: another class than ``DeviceNDArray`` itself, memory not numba-cuda's
+#: ``OwnedPointer``, an extent or stride not above 0, an empty view
+first_axis_slice = _first_axis_view = _core.first_axis_view
 
 
 def reshape(self: Any, *newshape: Any, **kws: Any) -> Any:

@@ -105,6 +105,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::pooled_numba_stream, m)?)?;
     m.add_function(wrap_pyfunction!(memory::pool_numba_streams, m)?)?;
     m.add_function(wrap_pyfunction!(memory::numba_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::read_numba_views, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::first_axis_view, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_device, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_host, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_device, m)?)?;

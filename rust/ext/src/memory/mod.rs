@@ -3,8 +3,9 @@
 //! frees (`pool.rs`), copies between host buffers and the device through pinned staging
 //! (`transfers.rs`), pinned host memory (`pinned.rs`), streams and events by raw handle
 //! (`handles.rs`), the releases of numba-cuda's pointers over pool memory (`releases.rs`),
-//! numba-cuda's `Stream` objects over pooled streams (`numba_streams.rs`).
-//! `python/fastlaunch/memory/` builds numba-cuda's objects over these.
+//! numba-cuda's `Stream` objects over pooled streams (`numba_streams.rs`), the views `d[a:b]`
+//! of numba-cuda's arrays (`numba_views.rs`). `python/fastlaunch/memory/` builds numba-cuda's
+//! other objects over these.
 //!
 //! Every call works in the thread's current context (device 0's primary context when none
 //! is current, as launches do). What a context needs for it ([`ContextMemory`]) is made on
@@ -18,7 +19,9 @@ mod buffer;
 mod context_memory;
 mod freed_blocks;
 mod handles;
+mod instances;
 mod numba_streams;
+mod numba_views;
 mod ordering;
 mod pinned;
 mod pool;
@@ -41,6 +44,7 @@ pub(crate) use handles::{
 pub(crate) use numba_streams::{
     numba_stream, pool_numba_streams, pooled_numba_stream, StreamReturn,
 };
+pub(crate) use numba_views::{first_axis_view, read_numba_views};
 pub(crate) use ordering::{after_launch, before_launch, in_use, settle_legacy_work};
 pub(crate) use pinned::{pinned_alloc, pinned_free};
 pub(crate) use pool::{

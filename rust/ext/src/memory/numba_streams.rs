@@ -5,12 +5,12 @@
 //! releases watch their pointers). Its class comes from `numba_stream_class.rs`.
 
 use pyo3::exceptions::PyRuntimeError;
-use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyTuple, PyType};
+use pyo3::types::{PyDict, PyList};
 
+use super::instances::new_instance;
 use super::pool::current_context_key;
 use super::watch::Watch;
 use crate::numba_stream_class::numba_stream_classes;
@@ -80,7 +80,7 @@ pub(crate) fn pooled_numba_stream<'py>(
     })?;
     let class = classes.stream.bind(py);
     // object.__new__, as numba-cuda's Context.create_stream leaves __init__ to the class
-    let made = new_object(class)?;
+    let made = new_instance(class.as_any())?;
     let handle = owned.get().numba_handle(classes.handle.bind(py).as_any())?;
     // the attributes Stream.__init__ sets, in its order
     made.setattr(intern!(py, "handle"), handle)?;
@@ -95,32 +95,6 @@ pub(crate) fn pooled_numba_stream<'py>(
     )?;
     release.get().watch.start(&made, release.as_any())?;
     Ok(made)
-}
-
-/// `class.__new__(class)`, calling the class's `tp_new` slot straight (no method lookup and
-/// argument tuple of the call through `__new__`).
-fn new_object<'py>(class: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
-    let py = class.py();
-    let class_pointer = class.as_type_ptr();
-    // SAFETY: reading a slot of a live type object.
-    let slot = unsafe { ffi::PyType_GetSlot(class_pointer, ffi::Py_tp_new) };
-    if slot.is_null() {
-        return class.call_method1(intern!(py, "__new__"), (class,));
-    }
-    // SAFETY: a non-null Py_tp_new slot is a `newfunc`; called as `class.__new__(class)`
-    // calls it, with an empty argument tuple and no keywords, it returns a new reference or
-    // null with an exception set.
-    unsafe {
-        let new: ffi::newfunc = std::mem::transmute(slot);
-        Bound::from_owned_ptr_or_err(
-            py,
-            new(
-                class_pointer,
-                PyTuple::empty(py).as_ptr(),
-                std::ptr::null_mut(),
-            ),
-        )
-    }
 }
 
 /// Gives a pooled stream back to its idle list when its `Stream` is collected (`watch.rs`).

@@ -1,0 +1,279 @@
+//! `d[a:b]` of a numba-cuda `DeviceNDArray` made in Rust ([`first_axis_view`]): the slice of
+//! the first axis with step 1 of an array over numba-cuda's memory with positive strides, as
+//! `DeviceNDArray.__getitem__` makes it (`gpu_data.view(begin, end)`, a `MemoryPointer` of the
+//! owner in a new `OwnedPointer`, then `DeviceNDArray(shape, strides, dtype, stream,
+//! gpu_data=...)`), every object in the state numba-cuda's constructors leave it, the same
+//! attributes in the same order (`python/fastlaunch/memory/objects.py` builds the others).
+//! Any other case is left to numba-cuda (`None`), whose results and errors stay its own.
+//! `d[1:-1]` is the most common view; made here, it runs no Python frame.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PySlice, PyTuple, PyWeakrefProxy};
+use smallvec::SmallVec;
+
+use super::instances::new_instance;
+use super::releases::deref_when_collected;
+use crate::classify::born::describe_birth;
+
+/// numba-cuda's classes a view is made of, and `objects.layout`'s cache and function (given
+/// once by `objects.kinds()`).
+struct ViewClasses {
+    device_nd_array: Py<PyAny>,
+    memory_pointer: Py<PyAny>,
+    owned_pointer: Py<PyAny>,
+    /// `CUdeviceptr`, a `MemoryPointer`'s `device_pointer` and `handle`.
+    device_pointer: Py<PyAny>,
+    /// The ctypes type of `device_ctypes_pointer`.
+    ctypes_pointer: Py<PyAny>,
+    /// `objects._layouts`, by `(shape, strides, itemsize)`, and `objects.layout`, which fills it.
+    layouts: Py<PyDict>,
+    layout: Py<PyAny>,
+}
+
+static CLASSES: PyOnceLock<ViewClasses> = PyOnceLock::new();
+
+/// Gives [`first_axis_view`] numba-cuda's classes and `objects.layout` with its cache. The
+/// first call counts.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_numba_views(
+    device_nd_array: Py<PyAny>,
+    memory_pointer: Py<PyAny>,
+    owned_pointer: Py<PyAny>,
+    device_pointer: Py<PyAny>,
+    ctypes_pointer: Py<PyAny>,
+    layouts: Bound<'_, PyDict>,
+    layout: Py<PyAny>,
+) {
+    let py = layouts.py();
+    let _ = CLASSES.set(
+        py,
+        ViewClasses {
+            device_nd_array,
+            memory_pointer,
+            owned_pointer,
+            device_pointer,
+            ctypes_pointer,
+            layouts: layouts.unbind(),
+            layout,
+        },
+    );
+}
+
+/// `array[item]` for `item` a slice of the first axis with step 1, made here where `array` is
+/// exactly a `DeviceNDArray` over an `OwnedPointer` with positive extents and strides, and
+/// the view is not empty; else `None` (numba-cuda's `_do_getitem` is to make it).
+#[pyfunction]
+pub(crate) fn first_axis_view<'py>(
+    array: &Bound<'py, PyAny>,
+    item: &Bound<'py, PySlice>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = array.py();
+    let Some(classes) = CLASSES.get(py) else {
+        return Ok(None);
+    };
+    if !array.get_type().is(classes.device_nd_array.bind(py)) {
+        return Ok(None);
+    }
+    let gpu_data = array.getattr(intern!(py, "gpu_data"))?;
+    if !gpu_data.get_type().is(classes.owned_pointer.bind(py)) {
+        return Ok(None);
+    }
+    let Some(layout) = Layout::of(array)? else {
+        return Ok(None);
+    };
+    let Some((begin, end, view_shape)) = layout.first_axis(item)? else {
+        return Ok(None);
+    };
+    let address: u64 = gpu_data
+        .getattr(intern!(py, "device_ctypes_pointer"))?
+        .getattr(intern!(py, "value"))?
+        .extract()
+        .unwrap_or(0);
+    if address == 0 {
+        return Ok(None);
+    }
+    let owned = owned_view(classes, &gpu_data, address + begin, end - begin)?;
+    let key = (view_shape, &layout.strides, layout.itemsize);
+    let described = match classes.layouts.bind(py).get_item(&key)? {
+        Some(found) => found,
+        None => classes.layout.bind(py).call1(key)?,
+    };
+    let stream = array.getattr(intern!(py, "stream"))?;
+    let view = device_nd_array(
+        classes,
+        &described.cast_into()?,
+        &layout.dtype,
+        &stream,
+        &owned,
+        address + begin,
+    )?;
+    Ok(Some(view))
+}
+
+/// What a slice reads of the array sliced.
+struct Layout<'py> {
+    shape: SmallVec<[i64; 4]>,
+    strides: Bound<'py, PyTuple>,
+    stride_values: SmallVec<[i64; 4]>,
+    dtype: Bound<'py, PyAny>,
+    itemsize: i64,
+}
+
+impl<'py> Layout<'py> {
+    /// `array`'s shape, strides and dtype, where every extent and stride is a positive int
+    /// (numba-cuda's dummy array treats the others its own way).
+    fn of(array: &Bound<'py, PyAny>) -> PyResult<Option<Layout<'py>>> {
+        let py = array.py();
+        let Ok(shape) = array.getattr(intern!(py, "shape"))?.cast_into::<PyTuple>() else {
+            return Ok(None);
+        };
+        let Ok(strides) = array
+            .getattr(intern!(py, "strides"))?
+            .cast_into::<PyTuple>()
+        else {
+            return Ok(None);
+        };
+        let (Some(shape_values), Some(stride_values)) = (positive(&shape), positive(&strides))
+        else {
+            return Ok(None);
+        };
+        if shape_values.is_empty() || shape_values.len() != stride_values.len() {
+            return Ok(None);
+        }
+        let dtype = array.getattr(intern!(py, "dtype"))?;
+        let itemsize: i64 = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
+        Ok(Some(Layout {
+            shape: shape_values,
+            strides,
+            stride_values,
+            dtype,
+            itemsize,
+        }))
+    }
+
+    /// The byte range `[begin, end)` of `self[item]` (numba-cuda's extent of the sliced dummy
+    /// array: its first element to one past its last) and its shape; `None` for an empty view
+    /// or a step other than 1.
+    fn first_axis(
+        &self,
+        item: &Bound<'py, PySlice>,
+    ) -> PyResult<Option<(u64, u64, Bound<'py, PyTuple>)>> {
+        let indices = item.indices(self.shape[0] as isize)?;
+        let count = (indices.stop - indices.start) as i64;
+        if indices.step != 1 || count <= 0 {
+            return Ok(None);
+        }
+        let stride = self.stride_values[0];
+        let begin = indices.start as i64 * stride;
+        let mut end = begin + (count - 1) * stride + self.itemsize;
+        for (n, s) in self.shape[1..].iter().zip(&self.stride_values[1..]) {
+            end += (n - 1) * s;
+        }
+        let mut shape: SmallVec<[i64; 4]> = SmallVec::with_capacity(self.shape.len());
+        shape.push(count);
+        shape.extend_from_slice(&self.shape[1..]);
+        let shape = PyTuple::new(item.py(), shape)?;
+        Ok(Some((begin as u64, end as u64, shape)))
+    }
+}
+
+/// The ints of `values`, where each is an int above 0.
+fn positive(values: &Bound<'_, PyTuple>) -> Option<SmallVec<[i64; 4]>> {
+    values
+        .iter_borrowed()
+        .map(|value| value.extract::<i64>().ok().filter(|&v| v > 0))
+        .collect()
+}
+
+/// `gpu_data.view(begin, end)` for an `OwnedPointer` `gpu_data` at `address` (the view's
+/// first byte, `size` bytes): a `MemoryPointer` of the owning allocation, in a new
+/// `OwnedPointer` that holds a reference on the owner (its `deref` run in Rust when collected).
+fn owned_view<'py>(
+    classes: &ViewClasses,
+    gpu_data: &Bound<'py, PyAny>,
+    address: u64,
+    size: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = gpu_data.py();
+    let view = gpu_data.getattr(intern!(py, "_view"))?;
+    let owner = owner_of(&view)?;
+    let pointer = classes.device_pointer.bind(py).call1((address,))?;
+    // MemoryPointer.__init__'s attributes, in its order
+    let memory = new_instance(classes.memory_pointer.bind(py))?;
+    memory.setattr(
+        intern!(py, "context"),
+        view.getattr(intern!(py, "context"))?,
+    )?;
+    memory.setattr(intern!(py, "device_pointer"), &pointer)?;
+    memory.setattr(intern!(py, "size"), size)?;
+    memory.setattr(intern!(py, "_cuda_memsize_"), size)?;
+    memory.setattr(intern!(py, "is_managed"), false)?;
+    memory.setattr(intern!(py, "refct"), 1)?;
+    memory.setattr(intern!(py, "handle"), &pointer)?;
+    memory.setattr(intern!(py, "_owner"), &owner)?;
+    // OwnedPointer.__init__'s: a reference on the owner, counted on the owner itself
+    let refct = intern!(py, "refct");
+    owner.setattr(refct, owner.getattr(refct)?.extract::<i64>()? + 1)?;
+    let proxy = PyWeakrefProxy::new(&owner)?;
+    let owned = new_instance(classes.owned_pointer.bind(py))?;
+    owned.setattr(intern!(py, "_mem"), &proxy)?;
+    owned.setattr(intern!(py, "_view"), &memory)?;
+    deref_when_collected(&owned, proxy.into_any().unbind(), None)?;
+    let ctypes_pointer = classes.ctypes_pointer.bind(py).call1((address,))?;
+    owned.setattr(intern!(py, "device_ctypes_pointer"), ctypes_pointer)?;
+    Ok(owned)
+}
+
+/// `view.owner` (`MemoryPointer.owner`: the pointer itself, or its `_owner`) without the
+/// property's frame; `view` may be a weak proxy of the pointer (a pool array's `_view`).
+fn owner_of<'py>(view: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let owner = view.getattr(intern!(view.py(), "_owner"))?;
+    if !owner.is_none() {
+        return Ok(owner);
+    }
+    match view.cast::<PyWeakrefProxy>() {
+        Ok(proxy) => proxy.upgrade().ok_or_else(|| {
+            pyo3::exceptions::PyReferenceError::new_err("weakly-referenced object no longer exists")
+        }),
+        Err(_) => Ok(view.clone()),
+    }
+}
+
+/// `DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=gpu_data)` of the
+/// `objects.layout` `described`, as `objects.device_ndarray` makes it (with its launch
+/// description), over `gpu_data` at `address`.
+fn device_nd_array<'py>(
+    classes: &ViewClasses,
+    described: &Bound<'py, PyTuple>,
+    dtype: &Bound<'py, PyAny>,
+    stream: &Bound<'py, PyAny>,
+    gpu_data: &Bound<'py, PyAny>,
+    address: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = described.py();
+    let array = new_instance(classes.device_nd_array.bind(py))?;
+    // the attributes DeviceNDArrayBase.__init__ sets, in its order
+    let names = [
+        intern!(py, "ndim"),
+        intern!(py, "_dummy"),
+        intern!(py, "shape"),
+        intern!(py, "strides"),
+    ];
+    for (index, name) in names.into_iter().enumerate() {
+        array.setattr(name, described.get_item(index)?)?;
+    }
+    array.setattr(intern!(py, "dtype"), dtype)?;
+    array.setattr(intern!(py, "size"), described.get_item(4)?)?;
+    array.setattr(intern!(py, "alloc_size"), described.get_item(5)?)?;
+    array.setattr(intern!(py, "gpu_data"), gpu_data)?;
+    array.setattr(intern!(py, "stream"), stream)?;
+    let description = match describe_birth(&array, described, dtype, gpu_data, Some(address)) {
+        Some(description) => Bound::new(py, description)?.into_any(),
+        None => py.None().into_bound(py),
+    };
+    array.setattr(intern!(py, "_fastlaunch_description"), description)?;
+    Ok(array)
+}
