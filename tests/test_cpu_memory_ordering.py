@@ -179,9 +179,9 @@ def test_a_new_stream_object_per_launch_reuses_its_configuration_and_is_not_kept
     """`kernel[grid, block, stream]` with a new `cuda.stream()` per launch (pooled streams under
     install: the handles repeat) finds the configuration by the stream's handle: after the
     first few, no parse and no new entry; the launch goes to the new stream's handle; the
-    cache keeps only the last few launchers' streams alive (its ring of recent launchers), so
-    the pool's handles go round. A launcher held keeps its stream (and is the one
-    `kernel[...]` gives for it)."""
+    cache's ring of recent launchers keeps no stream that only its launcher holds past the
+    next one, so the pool's two handles go round. A launcher held keeps its stream (and is
+    the one `kernel[...]` gives for it)."""
     lines = run_on_stand_in(
         PRELUDE
         + """
@@ -224,7 +224,7 @@ print(gone() is None, all(ref() is None for ref in collected))
     assert second_round == "0 0", lines
     assert first_round in ("0 0", "1 1", "2 2", "3 3", "4 4"), lines  # handles new to it
     assert lines[42:] == [
-        "5 4",  # the ring holds the last four streams: the pool goes round five handles
+        "2 1",  # the ring holds the last stream only: the pool goes round two handles
         "True True True",
         "True",
         "True",
