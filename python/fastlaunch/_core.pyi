@@ -74,7 +74,11 @@ __all__ = [
     "pooled_numba_stream",
     "pool_numba_streams",
     "numba_stream",
-    "read_numba_views",
+    "read_numba_memory_classes",
+    "read_numba_contexts",
+    "numba_pool_memory",
+    "numba_device_array",
+    "pool_array",
     "first_axis_view",
     "copy_to_device",
     "copy_to_host",
@@ -456,17 +460,30 @@ def numba_stream() -> Any:
     """numba-cuda's ``cuda.stream()``: a ``Stream`` over an idle stream of the current
     context's pool (a new one when none is idle), given back to the pool when collected."""
 
-def read_numba_views(
-    device_nd_array: type,
-    memory_pointer: type,
-    owned_pointer: type,
-    device_pointer: type,
-    ctypes_pointer: type,
-    layouts: dict[tuple, tuple],
-    layout: Callable[[tuple, tuple, int], tuple],
+def read_numba_memory_classes(
+    classes: Any, layouts: dict[tuple, tuple], layout: Callable[[tuple, tuple, int], tuple]
 ) -> None:
-    """Gives ``first_axis_view`` numba-cuda's classes and ``objects.layout`` with its cache.
-    The first call counts."""
+    """Gives the classes of ``classes`` (``_numba_compat.memory_classes()``),
+    ``objects._layouts`` and ``objects.layout``. The first call counts."""
+
+def read_numba_contexts(contexts: dict[int, Any], proxies: dict[int, Any]) -> None:
+    """Gives ``allocation._contexts`` and ``allocation._proxies``. The first call counts."""
+
+def numba_pool_memory(
+    context: Any, address: int, nbytes: int, allocations: Any, deallocations: Any, key: int
+) -> Any:
+    """An ``AutoFreePointer`` over ``address`` (pool memory), entered in ``allocations`` and
+    owned through an ``OwnedPointer`` (returned), with a ``PoolRelease`` as its finalizer."""
+
+def numba_device_array(
+    described: tuple, dtype: Any, stream: Any, gpu_data: Any, address: int | None = None
+) -> Any:
+    """``DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=gpu_data)`` for a
+    non-empty array of the ``objects.layout`` ``described``."""
+
+def pool_array(described: tuple, dtype: Any, stream: Any, stream_handle: int) -> Any:
+    """A ``DeviceNDArray`` of the ``objects.layout`` ``described`` over new memory from the
+    current context's pool; None where Python is to make it."""
 
 def first_axis_view(array: Any, item: slice) -> Any:
     """``array[item]`` for ``item`` a slice of the first axis with step 1, made here where

@@ -415,8 +415,10 @@ def memory_classes() -> Any:
     ``DeviceNDArray``, ``MemoryPointer``, ``AutoFreePointer``, ``OwnedPointer``, the
     ``CUdeviceptr`` they hold and the ctypes type of their ``device_ctypes_pointer``,
     ``Stream`` and its ``CUstream``, ``dummyarray.Array.from_desc`` (cached per layout by
-    numba-cuda, 0.26 to 0.30) and ``memory_size_from_info``. Their attributes, which
-    ``objects`` sets as their constructors do, are the same in 0.26 to 0.30."""
+    numba-cuda, 0.26 to 0.30), ``memory_size_from_info`` and numba-cuda's own memory manager
+    class (``NumbaCUDAMemoryManager``, which no EMM plugin's memory manager is). Their
+    attributes, which ``objects`` sets as their constructors do, are the same in 0.26 to
+    0.30."""
     import types
 
     from numba.cuda.cudadrv import devicearray, dummyarray
@@ -442,6 +444,7 @@ def memory_classes() -> Any:
         CUstream=type(driver.Context.create_external_stream(None, 0).handle),
         from_desc=dummyarray.Array.from_desc,
         memory_size_from_info=driver.memory_size_from_info,
+        NumbaCUDAMemoryManager=driver.NumbaCUDAMemoryManager,
     )
 
 

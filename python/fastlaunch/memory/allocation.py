@@ -25,6 +25,9 @@ from fastlaunch.memory import objects
 #: (what numba-cuda's memory pointers hold)
 _contexts: dict[int, Any] = {}
 _proxies: dict[int, Any] = {}
+# (Rust reads them where it makes arrays: _core.pool_array)
+_core.read_numba_contexts(_contexts, _proxies)
+_pool_array = _core.pool_array
 
 
 #: the release threshold set on fastlaunch's own pool (one per context, never the device's
@@ -100,7 +103,12 @@ def allocate(nbytes: int, stream_handle: int) -> tuple[Any, int | None]:
 def allocate_array(described: tuple, dtype: Any, stream: Any, stream_handle: int) -> Any:
     """A ``DeviceNDArray`` of the ``objects.layout`` ``described`` (non-empty) and NumPy
     ``dtype`` over new memory (``allocate``'s), for use on ``stream`` (whose handle is
-    ``stream_handle``)."""
+    ``stream_handle``): made in one call to Rust (``_core.pool_array``) once the context's
+    numba-cuda ``Context`` is known, its memory manager numba-cuda's own; otherwise (and after
+    a failed allocation, retried here) through ``allocate``."""
+    made = _pool_array(described, dtype, stream, stream_handle)
+    if made is not None:
+        return made
     gpu_data, address = allocate(described[5], stream_handle)
     return objects.device_ndarray(described, dtype, stream, gpu_data, address)
 

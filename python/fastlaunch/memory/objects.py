@@ -1,5 +1,7 @@
 """numba-cuda's objects built over fastlaunch's memory without numba-cuda's slow paths, in the
-very state numba-cuda's constructors leave them (the same attributes, in the same order):
+very state numba-cuda's constructors leave them (the same attributes, in the same order).
+Most are made in Rust (``rust/ext/src/memory/numba_arrays.rs``, ``numba_views.rs``,
+``numba_streams.rs``) from the classes ``kinds()`` gives it, and the layouts ``layout`` keeps:
 
 - ``device_ndarray``: a ``DeviceNDArray`` as ``DeviceNDArray.__init__`` makes one over
   existing memory, from a ``layout`` (its ``_dummy`` the very object
@@ -11,13 +13,11 @@ very state numba-cuda's constructors leave them (the same attributes, in the sam
 - ``pool_memory``: an ``AutoFreePointer`` with its ``OwnedPointer``, as
   ``NumbaCUDAMemoryManager.memalloc`` makes them for ``cuMemAlloc`` memory (its
   ``_finalizer`` a ``_core.PoolRelease``: what ``MemoryPointer.free`` uses of a
-  ``weakref.finalize``);
-- ``numba_event``: an ``Event`` as ``Context.create_event`` makes one (a ``Stream`` as
-  ``Context.create_stream`` makes one is made in Rust: ``_core.pooled_numba_stream``, from
-  the classes ``kinds()`` gives it);
-- (``d[a:b]``, a ``DeviceNDArray`` over what ``gpu_data.view(begin, end)`` returns for an
-  ``OwnedPointer``, is made in Rust from the classes ``kinds()`` gives it:
-  ``rust/ext/src/memory/numba_views.rs``).
+  ``weakref.finalize``); ``_core.pool_array`` makes both over new pool memory in one call;
+- ``d[a:b]``: a ``DeviceNDArray`` over what ``gpu_data.view(begin, end)`` returns for an
+  ``OwnedPointer`` (``_core.first_axis_view``);
+- a ``Stream`` as ``Context.create_stream`` makes one (``_core.numba_stream``);
+- ``numba_event`` (here): an ``Event`` as ``Context.create_event`` makes one.
 
 An ``OwnedPointer``'s release (numba-cuda's ``deref``: the owner's reference count down, the
 owner freed at zero) and the pool memory's release run in Rust
@@ -38,11 +38,8 @@ from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 
 _new = object.__new__
-_describe_birth = _core.describe_birth
-_pool_release = _core.pool_release
-_deref_when_collected = _core.deref_when_collected
-_dict_set = dict.__setitem__
-_proxy = weakref.proxy
+_numba_device_array = _core.numba_device_array
+_numba_pool_memory = _core.numba_pool_memory
 _ref = weakref.ref
 
 #: per weak reference to an event made here: the release its collection runs,
@@ -66,15 +63,7 @@ def kinds() -> Any:
         _classes = numba_cuda.memory_classes()
         _core.describe_births_of(_classes.DeviceNDArray)
         _core.read_numba_streams(_classes.Stream, _classes.CUstream, _reads_int_of_handle())
-        _core.read_numba_views(
-            _classes.DeviceNDArray,
-            _classes.MemoryPointer,
-            _classes.OwnedPointer,
-            _classes.CUdeviceptr,
-            _classes.device_ctypes_pointer,
-            _layouts,
-            layout,
-        )
+        _core.read_numba_memory_classes(_classes, _layouts, layout)
     return _classes
 
 
@@ -114,21 +103,11 @@ def device_ndarray(
 ) -> Any:
     """``DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=gpu_data)`` for a
     non-empty array of the ``layout`` ``described``, ``dtype`` a NumPy dtype; ``address``:
-    ``gpu_data``'s, where the caller knows it (else None)."""
-    ndim, dummy, shape, strides, size, alloc_size = described
-    array = _new((_classes or kinds()).DeviceNDArray)
-    # the attributes DeviceNDArrayBase.__init__ sets, in its order
-    array.ndim = ndim
-    array._dummy = dummy
-    array.shape = shape
-    array.strides = strides
-    array.dtype = dtype
-    array.size = size
-    array.alloc_size = alloc_size
-    array.gpu_data = gpu_data
-    array.stream = stream
-    array._fastlaunch_description = _describe_birth(array, described, dtype, gpu_data, address)
-    return array
+    ``gpu_data``'s, where the caller knows it (else None). Made in Rust
+    (``_core.numba_device_array``)."""
+    if _classes is None:
+        kinds()
+    return _numba_device_array(described, dtype, stream, gpu_data, address)
 
 
 def pool_memory(
@@ -138,32 +117,10 @@ def pool_memory(
     ``key``), entered in its memory manager's ``allocations`` and owned through an
     ``OwnedPointer`` (what ``NumbaCUDAMemoryManager.memalloc`` returns), with a
     ``_core.PoolRelease`` as its finalizer; returns the ``OwnedPointer``. ``context`` is a
-    weak proxy of numba-cuda's ``Context``."""
-    classes = _classes or kinds()
-    pointer = classes.CUdeviceptr(address)
-    # the attributes AutoFreePointer.__init__ sets (MemoryPointer.__init__'s), in its order
-    memory = _new(classes.AutoFreePointer)
-    memory.context = context
-    memory.device_pointer = pointer
-    memory.size = nbytes
-    memory._cuda_memsize_ = nbytes
-    memory.is_managed = True
-    memory.refct = 1  # AutoFreePointer drops it to 0, its OwnedPointer takes it to 1
-    memory.handle = pointer
-    memory._owner = None
-    memory._finalizer = release = _pool_release(
-        memory, allocations, deallocations, address, key, nbytes
-    )
-    proxy = _proxy(memory)
-    # the attributes OwnedPointer.__init__ sets, in its order; its deref runs in Rust
-    owned = _new(classes.OwnedPointer)
-    owned._mem = proxy
-    owned._view = proxy
-    _deref_when_collected(owned, proxy, release)
-    owned.device_ctypes_pointer = classes.device_ctypes_pointer(address)
-    # numba-cuda's allocations are a UniqueDict; a live pool address is unique already
-    _dict_set(allocations, address, memory)
-    return owned
+    weak proxy of numba-cuda's ``Context``. Made in Rust (``_core.numba_pool_memory``)."""
+    if _classes is None:
+        kinds()
+    return _numba_pool_memory(context, address, nbytes, allocations, deallocations, key)
 
 
 def numba_event(handle: int, deallocations: Any) -> Any:

@@ -105,7 +105,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::pooled_numba_stream, m)?)?;
     m.add_function(wrap_pyfunction!(memory::pool_numba_streams, m)?)?;
     m.add_function(wrap_pyfunction!(memory::numba_stream, m)?)?;
-    m.add_function(wrap_pyfunction!(memory::read_numba_views, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::read_numba_memory_classes, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::read_numba_contexts, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::numba_pool_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::numba_device_array, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::pool_array, m)?)?;
     m.add_function(wrap_pyfunction!(memory::first_axis_view, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_device, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_host, m)?)?;

@@ -3,9 +3,9 @@
 //! frees (`pool.rs`), copies between host buffers and the device through pinned staging
 //! (`transfers.rs`), pinned host memory (`pinned.rs`), streams and events by raw handle
 //! (`handles.rs`), the releases of numba-cuda's pointers over pool memory (`releases.rs`),
-//! numba-cuda's `Stream` objects over pooled streams (`numba_streams.rs`), the views `d[a:b]`
-//! of numba-cuda's arrays (`numba_views.rs`). `python/fastlaunch/memory/` builds numba-cuda's
-//! other objects over these.
+//! numba-cuda's `Stream` objects over pooled streams (`numba_streams.rs`), its arrays over pool
+//! memory (`numba_arrays.rs`) and their views `d[a:b]` (`numba_views.rs`), from its classes
+//! (`numba_classes.rs`). `python/fastlaunch/memory/` builds numba-cuda's other objects.
 //!
 //! Every call works in the thread's current context (device 0's primary context when none
 //! is current, as launches do). What a context needs for it ([`ContextMemory`]) is made on
@@ -20,6 +20,8 @@ mod context_memory;
 mod freed_blocks;
 mod handles;
 mod instances;
+mod numba_arrays;
+mod numba_classes;
 mod numba_streams;
 mod numba_views;
 mod ordering;
@@ -41,10 +43,12 @@ pub(crate) use handles::{
     event_synchronize, stream_create, stream_destroy, stream_query, stream_synchronize,
     stream_wait_event,
 };
+pub(crate) use numba_arrays::{numba_device_array, numba_pool_memory, pool_array};
+pub(crate) use numba_classes::{read_numba_contexts, read_numba_memory_classes};
 pub(crate) use numba_streams::{
     numba_stream, pool_numba_streams, pooled_numba_stream, StreamReturn,
 };
-pub(crate) use numba_views::{first_axis_view, read_numba_views};
+pub(crate) use numba_views::first_axis_view;
 pub(crate) use ordering::{after_launch, before_launch, in_use, settle_legacy_work};
 pub(crate) use pinned::{pinned_alloc, pinned_free};
 pub(crate) use pool::{

@@ -9,58 +9,13 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PySlice, PyTuple, PyWeakrefProxy};
+use pyo3::types::{PySlice, PyTuple, PyWeakrefProxy};
 use smallvec::SmallVec;
 
 use super::instances::new_instance;
+use super::numba_arrays::device_array;
+use super::numba_classes::{numba_classes, NumbaClasses};
 use super::releases::deref_when_collected;
-use crate::classify::born::describe_birth;
-
-/// numba-cuda's classes a view is made of, and `objects.layout`'s cache and function (given
-/// once by `objects.kinds()`).
-struct ViewClasses {
-    device_nd_array: Py<PyAny>,
-    memory_pointer: Py<PyAny>,
-    owned_pointer: Py<PyAny>,
-    /// `CUdeviceptr`, a `MemoryPointer`'s `device_pointer` and `handle`.
-    device_pointer: Py<PyAny>,
-    /// The ctypes type of `device_ctypes_pointer`.
-    ctypes_pointer: Py<PyAny>,
-    /// `objects._layouts`, by `(shape, strides, itemsize)`, and `objects.layout`, which fills it.
-    layouts: Py<PyDict>,
-    layout: Py<PyAny>,
-}
-
-static CLASSES: PyOnceLock<ViewClasses> = PyOnceLock::new();
-
-/// Gives [`first_axis_view`] numba-cuda's classes and `objects.layout` with its cache. The
-/// first call counts.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn read_numba_views(
-    device_nd_array: Py<PyAny>,
-    memory_pointer: Py<PyAny>,
-    owned_pointer: Py<PyAny>,
-    device_pointer: Py<PyAny>,
-    ctypes_pointer: Py<PyAny>,
-    layouts: Bound<'_, PyDict>,
-    layout: Py<PyAny>,
-) {
-    let py = layouts.py();
-    let _ = CLASSES.set(
-        py,
-        ViewClasses {
-            device_nd_array,
-            memory_pointer,
-            owned_pointer,
-            device_pointer,
-            ctypes_pointer,
-            layouts: layouts.unbind(),
-            layout,
-        },
-    );
-}
 
 /// `array[item]` for `item` a slice of the first axis with step 1, made here where `array` is
 /// exactly a `DeviceNDArray` over an `OwnedPointer` with positive extents and strides, and
@@ -71,7 +26,7 @@ pub(crate) fn first_axis_view<'py>(
     item: &Bound<'py, PySlice>,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let py = array.py();
-    let Some(classes) = CLASSES.get(py) else {
+    let Some(classes) = numba_classes(py) else {
         return Ok(None);
     };
     if !array.get_type().is(classes.device_nd_array.bind(py)) {
@@ -96,19 +51,15 @@ pub(crate) fn first_axis_view<'py>(
         return Ok(None);
     }
     let owned = owned_view(classes, &gpu_data, address + begin, end - begin)?;
-    let key = (view_shape, &layout.strides, layout.itemsize);
-    let described = match classes.layouts.bind(py).get_item(&key)? {
-        Some(found) => found,
-        None => classes.layout.bind(py).call1(key)?,
-    };
+    let described = classes.layout(view_shape, &layout.strides, layout.itemsize)?;
     let stream = array.getattr(intern!(py, "stream"))?;
-    let view = device_nd_array(
+    let view = device_array(
         classes,
-        &described.cast_into()?,
+        &described,
         &layout.dtype,
         &stream,
         &owned,
-        address + begin,
+        Some(address + begin),
     )?;
     Ok(Some(view))
 }
@@ -192,7 +143,7 @@ fn positive(values: &Bound<'_, PyTuple>) -> Option<SmallVec<[i64; 4]>> {
 /// first byte, `size` bytes): a `MemoryPointer` of the owning allocation, in a new
 /// `OwnedPointer` that holds a reference on the owner (its `deref` run in Rust when collected).
 fn owned_view<'py>(
-    classes: &ViewClasses,
+    classes: &NumbaClasses,
     gpu_data: &Bound<'py, PyAny>,
     address: u64,
     size: u64,
@@ -240,40 +191,4 @@ fn owner_of<'py>(view: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         }),
         Err(_) => Ok(view.clone()),
     }
-}
-
-/// `DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=gpu_data)` of the
-/// `objects.layout` `described`, as `objects.device_ndarray` makes it (with its launch
-/// description), over `gpu_data` at `address`.
-fn device_nd_array<'py>(
-    classes: &ViewClasses,
-    described: &Bound<'py, PyTuple>,
-    dtype: &Bound<'py, PyAny>,
-    stream: &Bound<'py, PyAny>,
-    gpu_data: &Bound<'py, PyAny>,
-    address: u64,
-) -> PyResult<Bound<'py, PyAny>> {
-    let py = described.py();
-    let array = new_instance(classes.device_nd_array.bind(py))?;
-    // the attributes DeviceNDArrayBase.__init__ sets, in its order
-    let names = [
-        intern!(py, "ndim"),
-        intern!(py, "_dummy"),
-        intern!(py, "shape"),
-        intern!(py, "strides"),
-    ];
-    for (index, name) in names.into_iter().enumerate() {
-        array.setattr(name, described.get_item(index)?)?;
-    }
-    array.setattr(intern!(py, "dtype"), dtype)?;
-    array.setattr(intern!(py, "size"), described.get_item(4)?)?;
-    array.setattr(intern!(py, "alloc_size"), described.get_item(5)?)?;
-    array.setattr(intern!(py, "gpu_data"), gpu_data)?;
-    array.setattr(intern!(py, "stream"), stream)?;
-    let description = match describe_birth(&array, described, dtype, gpu_data, Some(address)) {
-        Some(description) => Bound::new(py, description)?.into_any(),
-        None => py.None().into_bound(py),
-    };
-    array.setattr(intern!(py, "_fastlaunch_description"), description)?;
-    Ok(array)
 }

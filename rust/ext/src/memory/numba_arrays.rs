@@ -1,0 +1,196 @@
+//! numba-cuda's `DeviceNDArray` over pool memory made in Rust, every object in the state
+//! numba-cuda's constructors leave it (the same attributes, in the same order):
+//!
+//! - [`numba_pool_memory`]: an `AutoFreePointer` over pool memory with its `OwnedPointer`, as
+//!   `NumbaCUDAMemoryManager.memalloc` makes them for `cuMemAlloc` memory (its `_finalizer` a
+//!   [`PoolRelease`]: what `MemoryPointer.free` uses of a `weakref.finalize`);
+//! - [`numba_device_array`]: a `DeviceNDArray` as `DeviceNDArray.__init__` makes one over
+//!   existing memory, from an `objects.layout` (its `_dummy` the very object
+//!   `dummyarray.Array.from_desc` returns, which numba-cuda caches per layout); one more
+//!   attribute, `_fastlaunch_description`, carries what a launch reads of it
+//!   (`classify/born.rs`), so that its first launch costs what a repeat costs;
+//! - [`pool_array`]: both over new memory from the current context's pool, in one call: what
+//!   `cuda.device_array`, `to_device` and the ufuncs' outputs make.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple, PyWeakrefProxy};
+
+use super::instances::new_instance;
+use super::numba_classes::{
+    given_numba_classes, numba_classes, numba_memory_manager, NumbaClasses,
+};
+use super::pool::{current_context_key, mem_alloc, mem_free};
+use super::releases::{deref_when_collected, pool_release};
+use crate::classify::born::describe_birth;
+
+/// A `DeviceNDArray` of the `objects.layout` `described` and NumPy `dtype` over new memory
+/// from the current context's pool, used on `stream` (whose handle is `stream_handle`);
+/// `None` where Python is to make it (no context or numba-cuda `Context` known yet, an EMM
+/// plugin's memory manager, an allocation that failed: `allocation.allocate` retries it and
+/// raises numba-cuda's errors).
+#[pyfunction]
+pub(crate) fn pool_array<'py>(
+    described: &Bound<'py, PyTuple>,
+    dtype: &Bound<'py, PyAny>,
+    stream: &Bound<'py, PyAny>,
+    stream_handle: usize,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = described.py();
+    let Some(classes) = numba_classes(py) else {
+        return Ok(None);
+    };
+    let Some(key) = current_context_key()? else {
+        return Ok(None);
+    };
+    let Some((manager, context)) = numba_memory_manager(py, classes, key)? else {
+        return Ok(None);
+    };
+    let nbytes: i64 = described.get_item(5)?.extract()?;
+    let allocations = manager.getattr(intern!(py, "allocations"))?;
+    let deallocations = manager.getattr(intern!(py, "deallocations"))?;
+    let Ok(address) = mem_alloc(py, nbytes, stream_handle) else {
+        return Ok(None);
+    };
+    let owned = pool_memory(
+        classes,
+        (&context, &allocations, &deallocations, key),
+        address,
+        nbytes as u64,
+    )?;
+    device_array(classes, described, dtype, stream, &owned, Some(address)).map(Some)
+}
+
+/// An `AutoFreePointer` over `address` (`nbytes` of pool memory of the context whose key is
+/// `key`), entered in its memory manager's `allocations` and owned through an `OwnedPointer`
+/// (what `NumbaCUDAMemoryManager.memalloc` returns), with a `PoolRelease` as its finalizer;
+/// returns the `OwnedPointer`. `context` is a weak proxy of numba-cuda's `Context`.
+#[pyfunction]
+pub(crate) fn numba_pool_memory<'py>(
+    context: &Bound<'py, PyAny>,
+    address: u64,
+    nbytes: u64,
+    allocations: &Bound<'py, PyAny>,
+    deallocations: &Bound<'py, PyAny>,
+    key: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let classes = given_numba_classes(context.py())?;
+    pool_memory(
+        classes,
+        (context, allocations, deallocations, key),
+        address,
+        nbytes,
+    )
+}
+
+/// [`numba_pool_memory`]; the memory is freed if its pointer cannot be made, and by the
+/// pointer's release once it is.
+fn pool_memory<'py>(
+    classes: &NumbaClasses,
+    (context, allocations, deallocations, key): (
+        &Bound<'py, PyAny>,
+        &Bound<'py, PyAny>,
+        &Bound<'py, PyAny>,
+        u64,
+    ),
+    address: u64,
+    nbytes: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = context.py();
+    let made = new_instance(classes.auto_free_pointer.bind(py)).and_then(|memory| {
+        let release = pool_release(
+            &memory,
+            allocations.clone().unbind(),
+            deallocations.clone().unbind(),
+            address,
+            key,
+            nbytes,
+        )?;
+        Ok((memory, release))
+    });
+    // from here on, the release frees the memory (when called, or when `memory` is collected)
+    let (memory, release) = match made {
+        Ok(made) => made,
+        Err(error) => {
+            let _ = mem_free(py, address, 0, Some(key));
+            return Err(error);
+        }
+    };
+    let pointer = classes.device_pointer.bind(py).call1((address,))?;
+    // the attributes AutoFreePointer.__init__ sets (MemoryPointer.__init__'s), in its order
+    memory.setattr(intern!(py, "context"), context)?;
+    memory.setattr(intern!(py, "device_pointer"), &pointer)?;
+    memory.setattr(intern!(py, "size"), nbytes)?;
+    memory.setattr(intern!(py, "_cuda_memsize_"), nbytes)?;
+    memory.setattr(intern!(py, "is_managed"), true)?;
+    // AutoFreePointer drops it to 0, its OwnedPointer takes it to 1
+    memory.setattr(intern!(py, "refct"), 1)?;
+    memory.setattr(intern!(py, "handle"), &pointer)?;
+    memory.setattr(intern!(py, "_owner"), py.None())?;
+    memory.setattr(intern!(py, "_finalizer"), &release)?;
+    let proxy = PyWeakrefProxy::new(&memory)?;
+    // the attributes OwnedPointer.__init__ sets, in its order; its deref runs in Rust
+    let owned = new_instance(classes.owned_pointer.bind(py))?;
+    owned.setattr(intern!(py, "_mem"), &proxy)?;
+    owned.setattr(intern!(py, "_view"), &proxy)?;
+    deref_when_collected(&owned, proxy.into_any().unbind(), Some(release.unbind()))?;
+    let ctypes_pointer = classes.ctypes_pointer.bind(py).call1((address,))?;
+    owned.setattr(intern!(py, "device_ctypes_pointer"), ctypes_pointer)?;
+    // numba-cuda's allocations are a UniqueDict; a live pool address is unique already, so
+    // it is entered with dict's own __setitem__, past UniqueDict's check
+    match allocations.cast::<PyDict>() {
+        Ok(allocations) => allocations.set_item(address, &memory)?,
+        Err(_) => allocations.set_item(address, &memory)?,
+    }
+    Ok(owned)
+}
+
+/// `DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=gpu_data)` for a non-empty
+/// array of the `objects.layout` `described`, `dtype` a NumPy dtype; `address`: `gpu_data`'s,
+/// where the caller knows it.
+#[pyfunction]
+#[pyo3(signature = (described, dtype, stream, gpu_data, address = None))]
+pub(crate) fn numba_device_array<'py>(
+    described: &Bound<'py, PyTuple>,
+    dtype: &Bound<'py, PyAny>,
+    stream: &Bound<'py, PyAny>,
+    gpu_data: &Bound<'py, PyAny>,
+    address: Option<u64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let classes = given_numba_classes(described.py())?;
+    device_array(classes, described, dtype, stream, gpu_data, address)
+}
+
+pub(super) fn device_array<'py>(
+    classes: &NumbaClasses,
+    described: &Bound<'py, PyTuple>,
+    dtype: &Bound<'py, PyAny>,
+    stream: &Bound<'py, PyAny>,
+    gpu_data: &Bound<'py, PyAny>,
+    address: Option<u64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = described.py();
+    let array = new_instance(classes.device_nd_array.bind(py))?;
+    // the attributes DeviceNDArrayBase.__init__ sets, in its order (`described` holds ndim,
+    // the dummy array, shape, strides, size and alloc_size)
+    let described_names = [
+        intern!(py, "ndim"),
+        intern!(py, "_dummy"),
+        intern!(py, "shape"),
+        intern!(py, "strides"),
+    ];
+    for (index, name) in described_names.into_iter().enumerate() {
+        array.setattr(name, described.get_item(index)?)?;
+    }
+    array.setattr(intern!(py, "dtype"), dtype)?;
+    array.setattr(intern!(py, "size"), described.get_item(4)?)?;
+    array.setattr(intern!(py, "alloc_size"), described.get_item(5)?)?;
+    array.setattr(intern!(py, "gpu_data"), gpu_data)?;
+    array.setattr(intern!(py, "stream"), stream)?;
+    let description = match describe_birth(&array, described, dtype, gpu_data, address) {
+        Some(description) => Bound::new(py, description)?.into_any(),
+        None => py.None().into_bound(py),
+    };
+    array.setattr(intern!(py, "_fastlaunch_description"), description)?;
+    Ok(array)
+}
