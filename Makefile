@@ -119,6 +119,8 @@ gpu-prepare: venv
 	  | $(VPY) scripts/gpu-bins.py tests .gpu/bin --exclude fastlaunch-ext
 	cargo bench --workspace --no-run --message-format=json \
 	  | $(VPY) scripts/gpu-bins.py benches .gpu/bin --exclude fastlaunch-ext
+	# the counting driver of benchmarks/driver_calls.py (gpu-run.sh drivercalls)
+	cc -O2 -shared -fPIC -o .gpu/timed-cuda.so benchmarks/timed_driver/timed_cuda.c -ldl
 	# the outside review's repros (gpu-run.sh review), where the work folder has them
 	rm -rf .gpu/memory-review
 	if [ -d ../shared/memory-review ]; then cp -r ../shared/memory-review .gpu/; fi

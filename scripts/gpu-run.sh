@@ -49,6 +49,10 @@
 #              cuda.reduce and a kernel over cuda.random states under numba-cuda and fastlaunch
 #              installed, against CuPy's same work and the spelled-out twins, interleaved; e.g.
 #              UFUNCS_ARGS="--rounds 10 --seconds 60"; not part of `all`
+#   drivercalls python3 benchmarks/driver_calls.py --out $OUT $DRIVER_CALLS_ARGS: the fresh-object
+#              cases (new arrays, new streams, slices, to_device) with fastlaunch on a driver
+#              that counts and times each call (.gpu/timed-cuda.so, made by make gpu-prepare:
+#              carry .gpu); not part of `all`
 #   review     the outside review's repros of the memory API (.gpu/memory-review/run_gpu.sh, which
 #              make gpu-prepare copies from ../shared/memory-review): each prints
 #              REPRO <name> PASS|FAIL; the part fails if any says FAIL; not part of `all`
@@ -68,6 +72,7 @@
 #      INTERLEAVED_ARGS  extra arguments for benchmarks/interleaved.py, shell-quoted
 #      MEMORY_ARGS     extra arguments for benchmarks/memory.py, shell-quoted
 #      UFUNCS_ARGS     extra arguments for benchmarks/ufuncs.py, shell-quoted
+#      DRIVER_CALLS_ARGS  extra arguments for benchmarks/driver_calls.py, shell-quoted
 #
 # Every part runs even after another failed; the exit status is 1 if any failed, 2 if the
 # set-up failed. $OUT gets gpu-run.log (everything printed) and pytest-junit.xml;
@@ -231,6 +236,12 @@ memory_bench() {
   python3 benchmarks/memory.py --out "$OUT" "${extra[@]}"
 }
 
+driver_calls() {
+  local extra=()
+  eval "extra=(${DRIVER_CALLS_ARGS:-})"
+  python3 benchmarks/driver_calls.py --out "$OUT" --driver .gpu/timed-cuda.so "${extra[@]}"
+}
+
 ufuncs_bench() {
   local extra=()
   eval "extra=(${UFUNCS_ARGS:-})"
@@ -286,9 +297,9 @@ main() {
   for arg in "${@:-all}"; do
     case $arg in
       all) parts+=(rust tests stages conformance bench) ;;
-      rust | tests | bench | rustbench | stages | gap | conformance | threads | graphed | interleaved | memory | ufuncs | review | fresh | ab) parts+=("$arg") ;;
+      rust | tests | bench | rustbench | stages | gap | conformance | threads | graphed | interleaved | memory | ufuncs | drivercalls | review | fresh | ab) parts+=("$arg") ;;
       *)
-        echo "gpu-run: unknown part '$arg' (rust, tests, stages, gap, conformance, bench, rustbench, threads, graphed, interleaved, memory, ufuncs, review, fresh, ab, all)"
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, gap, conformance, bench, rustbench, threads, graphed, interleaved, memory, ufuncs, drivercalls, review, fresh, ab, all)"
         return 2
         ;;
     esac
@@ -309,6 +320,7 @@ main() {
       interleaved) name="benchmarks/interleaved.py (cases D, B and C, interleaved)" fn=interleaved_bench ;;
       memory) name="benchmarks/memory.py (the memory API, interleaved)" fn=memory_bench ;;
       ufuncs) name="benchmarks/ufuncs.py (ufuncs, reductions, random kernels, interleaved)" fn=ufuncs_bench ;;
+      drivercalls) name="benchmarks/driver_calls.py (driver calls of the fresh-object cases)" fn=driver_calls ;;
       review) name="the memory review's repros" fn=memory_review ;;
       fresh) name="scripts/fresh-wheel.sh (the wheel alone, fresh venv)" fn=fresh ;;
       ab) name="benchmarks/ab_probe.py (.whl-old against .whl)" fn=ab ;;

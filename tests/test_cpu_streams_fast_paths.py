@@ -134,7 +134,7 @@ idle = streams._idle[_core.current_context_key()]
 print(len(seen), len(idle))
 made = streams.stream()
 print(type(made.handle) is type(numba_driver.Context.create_external_stream(None, 1).handle))
-print(made.external, int(made.handle) in seen)
+print(made.external, made.__cuda_stream__()[1] in seen)
 """
     )
     assert lines == ["2 1", "True", "False True"]
