@@ -45,7 +45,8 @@ def best_microseconds(timer: Any, arguments: argparse.Namespace) -> float:
 
 def stand_in_context() -> None:
     """Registers a stand-in for numba-cuda's ``Context`` (its memory manager numba-cuda's)
-    as the current context's, where ``fastlaunch.memory.allocation`` looks it up."""
+    as the current context's, where ``fastlaunch.memory.allocation`` looks it up, and sets
+    the pool's release threshold as ``allocation.context()`` does."""
     import logging
 
     from numba.cuda.cudadrv import driver as numba_driver
@@ -64,4 +65,7 @@ def stand_in_context() -> None:
     key = _core.context_key()
     allocation._contexts[key] = context
     allocation._proxies[key] = weakref.proxy(context)
+    # as allocation.context() does: the pool keeps everything, so the freed-block cache keeps
+    # blocks, as on a GPU
+    _core.set_pool_release_threshold(0, allocation.KEEP_EVERYTHING)
     stand_in_context.kept = context  # type: ignore[attr-defined]
