@@ -297,13 +297,29 @@ impl Driver {
     /// thread has none, device 0's primary context made current (as numba does).
     #[inline]
     pub fn launch_context(&self) -> Result<LaunchContext> {
+        if let Some(current) = self.current_launch_context()? {
+            return Ok(current);
+        }
+        let context = self.select_device(0)?.0;
+        self.launch_context_of(context)
+    }
+
+    /// The thread's current context as [`Driver::launch_context`] gives it; `None` when the
+    /// thread has none (none is made current).
+    #[inline]
+    pub fn current_launch_context(&self) -> Result<Option<LaunchContext>> {
         let mut context: CUcontext = ptr::null_mut();
         // SAFETY: valid out-pointer.
         let code = unsafe { (self.api.ctx_get_current)(&mut context) };
         self.check(code, "reading the current context")?;
         if context.is_null() {
-            context = self.select_device(0)?.0;
+            return Ok(None);
         }
+        self.launch_context_of(context).map(Some)
+    }
+
+    #[inline]
+    fn launch_context_of(&self, context: CUcontext) -> Result<LaunchContext> {
         // The id is asked on every call: a reset may give a new context the old handle.
         let id = self.context_id(Context(context));
         let (last_context, last_ordinal) = LAST_CONTEXT.with(Cell::get);

@@ -73,3 +73,13 @@ fn current() -> Result<(&'static driver::Driver, LaunchContext)> {
     let context = driver.launch_context()?;
     Ok((driver, context))
 }
+
+/// The thread's current context, and its driver; `None` when no context is current (none is
+/// made current).
+fn current_if_any() -> Result<Option<(&'static driver::Driver, LaunchContext)>> {
+    let driver = driver()?;
+    ordering::note_in_use();
+    Ok(driver
+        .current_launch_context()?
+        .map(|context| (driver, context)))
+}

@@ -16,11 +16,12 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple, PyWeakrefProxy};
 
+use super::current_if_any;
 use super::instances::new_instance;
 use super::numba_classes::{
     given_numba_classes, numba_classes, numba_memory_manager, NumbaClasses,
 };
-use super::pool::{current_context_key, mem_alloc, mem_free};
+use super::pool::{alloc_in, mem_free};
 use super::releases::{deref_when_collected, pool_release};
 use crate::classify::born::describe_birth;
 
@@ -40,16 +41,19 @@ pub(crate) fn pool_array<'py>(
     let Some(classes) = numba_classes(py) else {
         return Ok(None);
     };
-    let Some(key) = current_context_key()? else {
+    let Some((driver, current)) = current_if_any()? else {
         return Ok(None);
     };
+    let key = current.key();
     let Some((manager, context)) = numba_memory_manager(py, classes, key)? else {
         return Ok(None);
     };
-    let nbytes: i64 = described.get_item(5)?.extract()?;
+    let Ok(nbytes) = described.get_item(5)?.extract::<usize>() else {
+        return Ok(None);
+    };
     let allocations = manager.getattr(intern!(py, "allocations"))?;
     let deallocations = manager.getattr(intern!(py, "deallocations"))?;
-    let Ok(address) = mem_alloc(py, nbytes, stream_handle) else {
+    let Ok(address) = alloc_in(py, driver, &current, nbytes, stream_handle) else {
         return Ok(None);
     };
     let owned = pool_memory(

@@ -18,7 +18,7 @@ use super::context_memory::{
 };
 use super::freed_blocks::SizeClass;
 use super::ordering::{after_alloc, before_alloc, before_reuse, order_free};
-use super::{byte_count, current};
+use super::{byte_count, current, current_if_any};
 use crate::devices::driver;
 use crate::errors::Result;
 
@@ -33,10 +33,7 @@ pub(crate) fn context_key() -> Result<u64> {
 /// made current): one call where the allocation path would make two.
 #[pyfunction]
 pub(crate) fn current_context_key() -> Result<Option<u64>> {
-    if driver()?.current_context()?.is_none() {
-        return Ok(None);
-    }
-    Ok(Some(current()?.1.key()))
+    Ok(current_if_any()?.map(|(_, context)| context.key()))
 }
 
 /// `nbytes` from the current context's pool (a block of the freed-block cache, when it
@@ -48,7 +45,18 @@ pub(crate) fn current_context_key() -> Result<Option<u64>> {
 pub(crate) fn mem_alloc(py: Python<'_>, nbytes: i64, stream: usize) -> Result<u64> {
     let nbytes = byte_count(nbytes)?;
     let (driver, context) = current()?;
-    let memory = context_memory(driver, &context)?;
+    alloc_in(py, driver, &context, nbytes, stream)
+}
+
+/// [`mem_alloc`] in `context`, the thread's current context.
+pub(super) fn alloc_in(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    context: &LaunchContext,
+    nbytes: usize,
+    stream: usize,
+) -> Result<u64> {
+    let memory = context_memory(driver, context)?;
     make_deferred_frees(driver, &memory)?;
     if driver.capture_state(stream)? != Capture::None {
         let pointer = driver.alloc_now(nbytes)?;
@@ -59,12 +67,12 @@ pub(crate) fn mem_alloc(py: Python<'_>, nbytes: i64, stream: usize) -> Result<u6
     }
     let class = memory.freed_blocks.class_of(nbytes);
     if let Some(pointer) = class.map_or(Ok(None), |class| {
-        reuse_freed_block(driver, &context, &memory, class, stream)
+        reuse_freed_block(driver, context, &memory, class, stream)
     })? {
         return Ok(pointer);
     }
     let size = class.map_or(nbytes, SizeClass::bytes);
-    let work = before_alloc(driver, &context, stream)?;
+    let work = before_alloc(driver, context, stream)?;
     let pointer = match driver.alloc_from_pool_async(memory.pool, size, stream) {
         Err(error) if is_out_of_memory(&error) => {
             memory.freed_blocks.release_all(driver, memory.context)?;
