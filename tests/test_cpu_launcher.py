@@ -96,14 +96,17 @@ def test_configurations_that_are_not_cached_still_raise(config):
         kernel[config]
 
 
+class Stream:
+    """A stream object of any library: its handle, through ``__cuda_stream__``."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
 def test_a_stream_object_is_one_configuration_while_it_lives():
-    class Stream:
-        def __init__(self, handle):
-            self.handle = handle
-
-        def __cuda_stream__(self):
-            return (0, self.handle)
-
     @fastlaunch.jit
     def fresh(a):
         pass
@@ -121,13 +124,6 @@ def test_a_stream_object_no_one_holds_is_not_kept_by_the_configurations():
     configuration over another stream object lets both go: a stream made per call is
     collected then, not several calls later. A stream still held keeps its launcher."""
     import weakref
-
-    class Stream:
-        def __init__(self, handle):
-            self.handle = handle
-
-        def __cuda_stream__(self):
-            return (0, self.handle)
 
     @fastlaunch.jit
     def fresh(a):
