@@ -35,8 +35,6 @@ use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::launcher::Launcher;
-
 /// Configurations kept per kernel (numba-cuda keeps 128 across all kernels).
 const CAPACITY: usize = 16;
 /// Launchers over stream objects held per kernel, the last made first.
@@ -199,17 +197,20 @@ pub(crate) struct Entry {
 pub(crate) struct Recent {
     pub(crate) key: ConfigKey,
     pub(crate) stream: usize,
-    pub(crate) launcher: Py<Launcher>,
+    pub(crate) launcher: Py<PyAny>,
 }
 
 impl Recent {
     /// Whether only this entry holds its launcher, and only the launcher its stream object:
     /// no one can launch with either again but through the ring, which finds the stream by
     /// an object no one holds.
-    fn unreachable(&self, py: Python<'_>) -> bool {
-        // SAFETY: reads the reference count of an object this entry holds, under the GIL.
-        let held_once = unsafe { ffi::Py_REFCNT(self.launcher.as_ptr()) } == 1;
-        held_once && self.launcher.get().sole_holder_of_stream(py)
+    fn unreachable(&self, _py: Python<'_>) -> bool {
+        // SAFETY: reference counts read under the GIL, of the launcher this entry holds and of
+        // the stream object at `stream`, which that launcher holds (alive while this entry is).
+        unsafe {
+            ffi::Py_REFCNT(self.launcher.as_ptr()) == 1
+                && ffi::Py_REFCNT(self.stream as *mut ffi::PyObject) == 1
+        }
     }
 }
 
@@ -264,7 +265,7 @@ impl Configurations {
         let key = written.key(StreamKey::Default);
         let recent = self.recent.load();
         let found = recent.iter().find(|r| r.stream == stream && r.key == key)?;
-        Some(found.launcher.bind(py).clone().into_any())
+        Some(found.launcher.bind(py).clone())
     }
 
     /// Puts `recent` first in the ring, dropping the oldest past `RECENT` and every launcher

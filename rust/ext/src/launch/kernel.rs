@@ -190,7 +190,7 @@ fn configured<'py>(
         Recent {
             key: written.key(StreamKey::Default),
             stream: stream.as_ptr() as usize,
-            launcher: launcher.clone().unbind(),
+            launcher: launcher.clone().into_any().unbind(),
         },
     );
     Ok(launcher.into_any())

@@ -99,12 +99,6 @@ impl Launcher {
         }
     }
 
-    /// Whether nothing but this launcher holds its stream object.
-    pub(crate) fn sole_holder_of_stream(&self, _py: Python<'_>) -> bool {
-        // SAFETY: reads the reference count of an object this launcher holds, under the GIL.
-        unsafe { ffi::Py_REFCNT(self.config.stream.as_ptr()) == 1 }
-    }
-
     /// What it launches with.
     pub(crate) fn dims(&self) -> &LaunchDims {
         &self.config.dims
