@@ -57,27 +57,44 @@ class TimedDriver:
         return read
 
 
+def launch_cases(source: str, empty: Callable[[], Any], kernel: Any) -> dict[str, Callable]:
+    """Five new arrays from ``empty()`` alone, the same with a launch over them, and the
+    launch over five arrays made once (``source`` names the arrays' library)."""
+    grid, block = LAUNCH_GRID, LAUNCH_BLOCK
+    a0, b0, c0, d0, e0 = (empty() for _ in range(5))
+
+    def arrays_alone() -> None:
+        _a, _b, _c, _d, _e = empty(), empty(), empty(), empty(), empty()
+
+    def launch_new() -> None:
+        a, b, c, d, e = empty(), empty(), empty(), empty(), empty()
+        kernel[grid, block](a, b, c, d, e)
+
+    def launch_reused(a=a0, b=b0, c=c0, d=d0, e=e0) -> None:
+        kernel[grid, block](a, b, c, d, e)
+
+    return {
+        f"{source}: arrays_alone": arrays_alone,
+        f"{source}: launch_new": launch_new,
+        f"{source}: launch_reused": launch_reused,
+    }
+
+
 def cases(cuda: Any, kernel: Any, np: Any) -> dict[str, Callable[[], None]]:
     """The cases, under ``fastlaunch.install()`` (``cuda`` is numba.cuda): ``kernel`` takes
-    five float32 arrays of ``LAUNCH_ELEMENTS``, as ``memory.make_elementwise``'s."""
+    five float32 arrays of ``LAUNCH_ELEMENTS``, as ``memory.make_elementwise``'s. The launches
+    over numba arrays, and over CuPy arrays and torch tensors where those import."""
     grid, block = LAUNCH_GRID, LAUNCH_BLOCK
 
     def new() -> Any:
         return cuda.device_array(LAUNCH_ELEMENTS, dtype=np.float32)
 
+    found = launch_cases("numba", new, kernel)
+    for source, empty in other_sources().items():
+        found.update(launch_cases(source, empty, kernel))
     a0, b0, c0, d0, e0 = (new() for _ in range(5))
     kept_stream = cuda.stream()
     host = np.arange(8192, dtype=np.float32)  # 32 KiB
-
-    def arrays_alone() -> None:
-        _a, _b, _c, _d, _e = new(), new(), new(), new(), new()
-
-    def launch_new() -> None:
-        a, b, c, d, e = new(), new(), new(), new(), new()
-        kernel[grid, block](a, b, c, d, e)
-
-    def launch_reused(a=a0, b=b0, c=c0, d=d0, e=e0) -> None:
-        kernel[grid, block](a, b, c, d, e)
 
     def stream_alone() -> None:
         _stream = cuda.stream()
@@ -99,9 +116,7 @@ def cases(cuda: Any, kernel: Any, np: Any) -> dict[str, Callable[[], None]]:
         cuda.to_device(host)
 
     return {
-        "arrays_alone": arrays_alone,
-        "launch_new": launch_new,
-        "launch_reused": launch_reused,
+        **found,
         "stream_alone": stream_alone,
         "stream_new": stream_new,
         "one_stream": one_stream,
@@ -109,6 +124,25 @@ def cases(cuda: Any, kernel: Any, np: Any) -> dict[str, Callable[[], None]]:
         "d[1:-1]": slice_view,
         "to_device 32 KiB": to_device,
     }
+
+
+def other_sources() -> dict[str, Callable[[], Any]]:
+    """``cupy.empty`` and ``torch.empty`` of ``LAUNCH_ELEMENTS`` float32, where they import
+    (on the GPU machine; not in the CPU tests)."""
+    sources: dict[str, Callable[[], Any]] = {}
+    try:
+        import cupy
+
+        sources["cupy"] = lambda: cupy.empty(LAUNCH_ELEMENTS, dtype=cupy.float32)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        sources["torch"] = lambda: torch.empty(LAUNCH_ELEMENTS, dtype=torch.float32, device="cuda")
+    except ImportError:
+        pass
+    return sources
 
 
 def measure(

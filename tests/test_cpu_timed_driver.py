@@ -58,7 +58,7 @@ five._register(fingerprint, 90, types, _core.CompiledKernel(b"fake image", "fake
 timed = TimedDriver(os.environ["FASTLAUNCH_CUDA_DRIVER"])
 found = cases(cuda, five, np)
 results = {name: measure(found[name], 40, timed, cuda.synchronize) for name in found}
-for name in ("launch_reused", "launch_new", "stream_new", "stream_alone", "d[1:-1]"):
+for name in ("numba: launch_reused", "numba: launch_new", "stream_new", "stream_alone", "d[1:-1]"):
     driver = results[name]["driver"]
     print(name, driver.get("cuLaunchKernel", [0])[0], results[name]["wall_us"] > 0)
 print("cuLaunchKernel" in markdown(results, {"measured": "now", "calls": 40}))
@@ -75,8 +75,8 @@ print("cuLaunchKernel" in markdown(results, {"measured": "now", "calls": 40}))
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "launch_reused 1.0 True",
-        "launch_new 1.0 True",
+        "numba: launch_reused 1.0 True",
+        "numba: launch_new 1.0 True",
         "stream_new 1.0 True",
         "stream_alone 0 True",
         "d[1:-1] 0 True",
