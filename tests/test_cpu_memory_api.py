@@ -302,6 +302,25 @@ print(len(results) > 100, all(results), results.count(False))
     assert lines == ["True True 0"]
 
 
+def test_a_slice_whose_extent_passes_64_bits_is_numba_cudas_own(run_on_stand_in):
+    """An array may be made with any strides over any memory: where a slice's byte range
+    does not fit 64 bits, fastlaunch leaves the view to numba-cuda (its Python integers),
+    rather than wrapping around to another range."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from fastlaunch.memory import views
+base = fl.to_device(np.arange(8.0))
+crafted = DeviceNDArray((16,), (2**62,), np.dtype(np.float64), gpu_data=base.gpu_data)
+ours, theirs = views.getitem(crafted, slice(0, 8)), crafted._do_getitem(slice(0, 8))
+pointers = [int(view.gpu_data.device_pointer) for view in (ours, theirs)]
+print(ours.shape == theirs.shape, pointers[0] == pointers[1])
+print(ours.gpu_data._view.size == theirs.gpu_data._view.size == 7 * 2**62 + 8)
+"""
+    )
+    assert lines == ["True True", "True"]
+
+
 def test_reshapes_kept_per_dummy_array_are_numba_cudas_own(run_on_stand_in):
     """`reshape` keeps numba-cuda's dummy-array answer per layout, shape and order: asked
     again (the kept answer) it still gives numba-cuda's view; extents that are not all int,

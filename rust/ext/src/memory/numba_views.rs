@@ -47,7 +47,7 @@ pub(crate) fn first_axis_view<'py>(
         .getattr(intern!(py, "value"))?
         .extract()
         .unwrap_or(0);
-    if address == 0 {
+    if address == 0 || address.checked_add(end).is_none() {
         return Ok(None);
     }
     let owned = owned_view(classes, &gpu_data, address + begin, end - begin)?;
@@ -117,12 +117,22 @@ impl<'py> Layout<'py> {
         if indices.step != 1 || count <= 0 {
             return Ok(None);
         }
+        // checked: a layout past 64 bits (no memory has one, but a DeviceNDArray may be made
+        // with any strides) is left to numba-cuda's own integers
+        let extent = |n: i64, stride: i64| (n - 1).checked_mul(stride);
         let stride = self.stride_values[0];
-        let begin = indices.start as i64 * stride;
-        let mut end = begin + (count - 1) * stride + self.itemsize;
-        for (n, s) in self.shape[1..].iter().zip(&self.stride_values[1..]) {
-            end += (n - 1) * s;
+        let begin = (indices.start as i64).checked_mul(stride);
+        let mut end = begin
+            .zip(extent(count, stride))
+            .and_then(|(begin, extent)| begin.checked_add(extent)?.checked_add(self.itemsize));
+        for (&n, &s) in self.shape[1..].iter().zip(&self.stride_values[1..]) {
+            end = end
+                .zip(extent(n, s))
+                .and_then(|(end, extent)| end.checked_add(extent));
         }
+        let (Some(begin), Some(end)) = (begin, end) else {
+            return Ok(None);
+        };
         let mut shape: SmallVec<[i64; 4]> = SmallVec::with_capacity(self.shape.len());
         shape.push(count);
         shape.extend_from_slice(&self.shape[1..]);
