@@ -7,6 +7,8 @@
 //! Any other case is left to numba-cuda (`None`), whose results and errors stay its own.
 //! `d[1:-1]` is the most common view; made here, it runs no Python frame.
 
+use std::cell::RefCell;
+
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyTuple, PyWeakrefProxy};
@@ -39,7 +41,7 @@ pub(crate) fn first_axis_view<'py>(
     let Some(layout) = Layout::of(array)? else {
         return Ok(None);
     };
-    let Some((begin, end, view_shape)) = layout.first_axis(item)? else {
+    let Some((begin, end, count)) = layout.first_axis(item)? else {
         return Ok(None);
     };
     let address: u64 = gpu_data
@@ -51,7 +53,7 @@ pub(crate) fn first_axis_view<'py>(
         return Ok(None);
     }
     let owned = owned_view(classes, &gpu_data, address + begin, end - begin)?;
-    let described = classes.layout(view_shape, &layout.strides, layout.itemsize)?;
+    let described = layout.of_view(classes, count)?;
     let stream = array.getattr(intern!(py, "stream"))?;
     let view = device_array(
         classes,
@@ -64,8 +66,26 @@ pub(crate) fn first_axis_view<'py>(
     Ok(Some(view))
 }
 
+/// Views' layouts kept per thread.
+const VIEW_LAYOUT_SLOTS: usize = 8;
+
+/// The layout of a view of `count` rows of an array whose shape and strides are these very
+/// tuples (held: their addresses stay theirs) of `itemsize`-byte items.
+struct ViewLayout {
+    shape: Py<PyTuple>,
+    strides: Py<PyTuple>,
+    itemsize: i64,
+    count: i64,
+    described: Py<PyTuple>,
+}
+
+thread_local! {
+    static VIEW_LAYOUTS: RefCell<Vec<ViewLayout>> = const { RefCell::new(Vec::new()) };
+}
+
 /// What a slice reads of the array sliced.
 struct Layout<'py> {
+    shape_tuple: Bound<'py, PyTuple>,
     shape: SmallVec<[i64; 4]>,
     strides: Bound<'py, PyTuple>,
     stride_values: SmallVec<[i64; 4]>,
@@ -97,6 +117,7 @@ impl<'py> Layout<'py> {
         let dtype = array.getattr(intern!(py, "dtype"))?;
         let itemsize: i64 = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
         Ok(Some(Layout {
+            shape_tuple: shape,
             shape: shape_values,
             strides,
             stride_values,
@@ -106,12 +127,9 @@ impl<'py> Layout<'py> {
     }
 
     /// The byte range `[begin, end)` of `self[item]` (numba-cuda's extent of the sliced dummy
-    /// array: its first element to one past its last) and its shape; `None` for an empty view
-    /// or a step other than 1.
-    fn first_axis(
-        &self,
-        item: &Bound<'py, PySlice>,
-    ) -> PyResult<Option<(u64, u64, Bound<'py, PyTuple>)>> {
+    /// array: its first element to one past its last) and its first extent; `None` for an
+    /// empty view or a step other than 1.
+    fn first_axis(&self, item: &Bound<'py, PySlice>) -> PyResult<Option<(u64, u64, i64)>> {
         let indices = item.indices(self.shape[0] as isize)?;
         let count = (indices.stop - indices.start) as i64;
         if indices.step != 1 || count <= 0 {
@@ -133,11 +151,48 @@ impl<'py> Layout<'py> {
         let (Some(begin), Some(end)) = (begin, end) else {
             return Ok(None);
         };
+        Ok(Some((begin as u64, end as u64, count)))
+    }
+
+    /// The `objects.layout` tuple of a view of this array's first `count` rows: from this
+    /// thread's table when a view of as many rows of an array of these very shape and strides
+    /// tuples was made here before (numba-cuda's arrays of one layout share those tuples),
+    /// else `objects.layout`'s (cached there by value), then kept.
+    fn of_view(&self, classes: &NumbaClasses, count: i64) -> PyResult<Bound<'py, PyTuple>> {
+        let py = self.strides.py();
+        let found = VIEW_LAYOUTS.with(|table| {
+            let table = table.try_borrow().ok()?;
+            let entry = table.iter().find(|entry| {
+                entry.count == count
+                    && entry.itemsize == self.itemsize
+                    && entry.shape.bind(py).is(&self.shape_tuple)
+                    && entry.strides.bind(py).is(&self.strides)
+            })?;
+            Some(entry.described.bind(py).clone())
+        });
+        if let Some(described) = found {
+            return Ok(described);
+        }
         let mut shape: SmallVec<[i64; 4]> = SmallVec::with_capacity(self.shape.len());
         shape.push(count);
         shape.extend_from_slice(&self.shape[1..]);
-        let shape = PyTuple::new(item.py(), shape)?;
-        Ok(Some((begin as u64, end as u64, shape)))
+        let described = classes.layout(PyTuple::new(py, shape)?, &self.strides, self.itemsize)?;
+        let entry = ViewLayout {
+            shape: self.shape_tuple.clone().unbind(),
+            strides: self.strides.clone().unbind(),
+            itemsize: self.itemsize,
+            count,
+            described: described.clone().unbind(),
+        };
+        // the entry dropped (the oldest, past VIEW_LAYOUT_SLOTS) is dropped after the borrow
+        let _dropped = VIEW_LAYOUTS.with(|table| {
+            let mut table = table.try_borrow_mut().ok()?;
+            table.insert(0, entry);
+            (table.len() > VIEW_LAYOUT_SLOTS)
+                .then(|| table.pop())
+                .flatten()
+        });
+        Ok(described)
     }
 }
 
