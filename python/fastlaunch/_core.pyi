@@ -18,6 +18,7 @@ __all__ = [
     "set_default_stream_policy",
     "set_ordering",
     "stream_handle",
+    "memory_stream_handle",
     "step_form",
     "HeldArgs",
     "DirectReplays",
@@ -317,6 +318,10 @@ def set_ordering(enabled: bool) -> None: ...
 def ordering_enabled() -> bool: ...
 def set_default_stream_policy(policy: str) -> None: ...
 def default_stream_policy() -> str: ...
+def memory_stream_handle(stream: Any) -> int:
+    """The handle of a stream argument of numba-cuda's memory API: 0 for a false value, an int
+    refused (numba-cuda's ``TypeError``), else what ``stream_handle`` reads."""
+
 def stream_handle(stream: Any) -> int:
     """The handle of a launch's stream: 0/None, an int handle, or ``__cuda_stream__``."""
 

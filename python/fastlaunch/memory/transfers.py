@@ -50,24 +50,14 @@ def host_bytes(array: Any, exact: bool = False) -> Any:
     return None
 
 
-def stream_handle(stream: Any) -> int:
-    """The handle of a memory API stream argument: 0 for 0/None, else what
-    ``_core.stream_handle`` reads from a stream object (numba-cuda's ``Stream``, a cuda.core
-    stream, anything with ``__cuda_stream__``). An int other than 0 is refused with
-    numba-cuda's ``TypeError`` (its ``_stream_handle``): ``_core.stream_handle`` would take it
-    as a raw ``CUstream``, which the driver dereferences (a crash). (``device_array`` reads its
-    stream to order the allocation, so it refuses one at once; numba-cuda's, at the first
-    copy on it.)"""
-    if not stream:
-        return 0
-    classes = objects._classes  # None until fastlaunch made a numba-cuda object
-    if classes is not None and type(stream) is classes.Stream:
-        # what its __cuda_stream__ gives: the handle's value (a cuda.bindings CUstream in
-        # 0.30, a ctypes c_void_p in 0.26), 0 for a null one
-        return numba_cuda.handle_value(stream.handle)
-    if isinstance(stream, int):
-        raise TypeError(f"stream: Expected a Stream object or 0, got {type(stream).__name__}")
-    return _core.stream_handle(stream)
+#: The handle of a memory API stream argument: 0 for 0/None, else what
+#: ``_core.stream_handle`` reads from a stream object (numba-cuda's ``Stream``, a cuda.core
+#: stream, anything with ``__cuda_stream__``). An int other than 0 is refused with
+#: numba-cuda's ``TypeError`` (its ``_stream_handle``): ``_core.stream_handle`` would take it
+#: as a raw ``CUstream``, which the driver dereferences (a crash). (``device_array`` reads its
+#: stream to order the allocation, so it refuses one at once; numba-cuda's, at the first copy
+#: on it.) In Rust: it is on the path of every call that takes a stream.
+stream_handle = _core.memory_stream_handle
 
 
 def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> Any:

@@ -33,6 +33,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(streams::set_default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(streams::default_stream_policy, m)?)?;
     m.add_function(wrap_pyfunction!(streams::stream_handle, m)?)?;
+    m.add_function(wrap_pyfunction!(streams::memory_stream_handle, m)?)?;
     m.add_function(wrap_pyfunction!(graphed::step_form::step_form, m)?)?;
     m.add_class::<graphed::held_args::HeldArgs>()?;
     m.add_class::<graphed::direct_replays::DirectReplays>()?;

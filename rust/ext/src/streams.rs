@@ -279,6 +279,29 @@ pub(crate) fn stream_handle(stream: &Bound<'_, PyAny>) -> Result<usize> {
     parse_stream(stream)
 }
 
+/// The handle of a stream argument of numba-cuda's memory API (`to_device(..., stream)`,
+/// `copy_to_host(stream=...)`, ...): 0 for a false value, else what [`parse_stream`] reads
+/// from a stream object (numba-cuda's `Stream`, a cuda.core stream, anything with
+/// `__cuda_stream__`). An int other than 0 is refused with numba-cuda's `TypeError` (its
+/// `_stream_handle`): taken as a raw `CUstream`, the driver would dereference it (a crash).
+#[pyfunction]
+pub(crate) fn memory_stream_handle(stream: &Bound<'_, PyAny>) -> Result<usize> {
+    if !stream.is_truthy()? {
+        return Ok(0);
+    }
+    if stream.is_instance_of::<pyo3::types::PyInt>() {
+        let kind = stream
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        return Err(Error::Type(format!(
+            "stream: Expected a Stream object or 0, got {kind}"
+        )));
+    }
+    parse_stream(stream)
+}
+
 /// A stream handle from 0/None, an int handle, or any object with `__cuda_stream__`
 /// (numba, torch, CuPy and cuda.core streams).
 pub(crate) fn parse_stream(stream: &Bound<'_, PyAny>) -> Result<usize> {
