@@ -72,7 +72,6 @@ __all__ = [
     "deref_when_collected",
     "StreamReturn",
     "read_numba_streams",
-    "pooled_numba_stream",
     "pool_numba_streams",
     "numba_stream",
     "read_numba_memory_classes",
@@ -453,13 +452,10 @@ def read_numba_streams(stream: type, handle: type, readable: bool) -> None:
     """Gives numba-cuda's ``Stream`` class and its handle's type; ``readable``: its
     ``__cuda_stream__`` returns ``int()`` of the handle, which launches then read without it."""
 
-def pooled_numba_stream(owned: Stream, idle: list[Stream]) -> Any:
-    """``cuda.stream()``'s object over ``owned``, a pooled stream taken from ``idle``: its
-    collection appends ``owned`` to ``idle`` again."""
-
-def pool_numba_streams(idle: dict[int, list[Stream]], first: Callable[[], Any]) -> None:
-    """Gives ``numba_stream`` the idle streams by context key and ``first``, called where the
-    current context has no idle list yet (or none is current). The first call counts."""
+def pool_numba_streams(idle: dict[int, list[Stream]], first: Callable[[], list[Stream]]) -> None:
+    """Gives ``numba_stream`` the idle streams by context key and ``first``, which returns the
+    current context's idle list where it has none yet (or none is current). The first call
+    counts."""
 
 def numba_stream() -> Any:
     """numba-cuda's ``cuda.stream()``: a ``Stream`` over an idle stream of the current

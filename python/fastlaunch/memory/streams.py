@@ -17,16 +17,14 @@ from fastlaunch.memory.allocation import context
 _idle: dict[int, list[Any]] = {}
 
 
-def _first_stream() -> Any:
-    """``stream()`` where the current context has no idle list yet, or no context is current
-    (one is made current): numba-cuda's classes are given to Rust, the list is made."""
+def _first_idle_list() -> list[Any]:
+    """The current context's idle list, for ``stream()`` where it has none yet, or where no
+    context is current (one is made current): numba-cuda's classes are given to Rust first."""
     objects.kinds()
-    idle = _idle.setdefault(context()[0], [])
-    owned = idle.pop() if idle else _core.Stream.create(False)
-    return _core.pooled_numba_stream(owned, idle)
+    return _idle.setdefault(context()[0], [])
 
 
-_core.pool_numba_streams(_idle, _first_stream)
+_core.pool_numba_streams(_idle, _first_idle_list)
 
 #: numba-cuda's ``cuda.stream()``: a numba-cuda ``Stream`` over an idle stream of the current
 #: context's pool (made when none is idle); its collection appends the pooled stream to the

@@ -103,7 +103,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::deref_when_collected, m)?)?;
     m.add_class::<memory::StreamReturn>()?;
     m.add_function(wrap_pyfunction!(numba_stream_class::read_numba_streams, m)?)?;
-    m.add_function(wrap_pyfunction!(memory::pooled_numba_stream, m)?)?;
     m.add_function(wrap_pyfunction!(memory::pool_numba_streams, m)?)?;
     m.add_function(wrap_pyfunction!(memory::numba_stream, m)?)?;
     m.add_function(wrap_pyfunction!(memory::read_numba_memory_classes, m)?)?;

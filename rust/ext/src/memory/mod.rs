@@ -45,9 +45,7 @@ pub(crate) use handles::{
 };
 pub(crate) use numba_arrays::{numba_device_array, numba_pool_memory, pool_array};
 pub(crate) use numba_classes::{read_numba_contexts, read_numba_memory_classes};
-pub(crate) use numba_streams::{
-    numba_stream, pool_numba_streams, pooled_numba_stream, StreamReturn,
-};
+pub(crate) use numba_streams::{numba_stream, pool_numba_streams, StreamReturn};
 pub(crate) use numba_views::first_axis_view;
 pub(crate) use ordering::{after_launch, before_launch, in_use, settle_legacy_work};
 pub(crate) use pinned::{pinned_alloc, pinned_free};

@@ -17,7 +17,7 @@ use crate::numba_stream_class::numba_stream_classes;
 use crate::streams::Stream;
 
 /// The idle streams by context key (`streams._idle`) and the Python function that makes a
-/// context's first stream (its idle list, numba-cuda's classes), given once.
+/// context's idle list (giving numba-cuda's classes to Rust first), given once.
 struct Pool {
     idle: Py<PyDict>,
     first: Py<PyAny>,
@@ -25,8 +25,9 @@ struct Pool {
 
 static POOL: PyOnceLock<Pool> = PyOnceLock::new();
 
-/// Gives [`numba_stream`] the idle lists by context key and `first`, called for a stream
-/// where the current context has no idle list yet (or none is current). The first call counts.
+/// Gives [`numba_stream`] the idle lists by context key and `first`, which returns the current
+/// context's idle list where it has none yet (or makes a context current where none is). The
+/// first call counts.
 #[pyfunction]
 pub(crate) fn pool_numba_streams(idle: Bound<'_, PyDict>, first: Bound<'_, PyAny>) {
     let py = idle.py();
@@ -50,8 +51,9 @@ pub(crate) fn numba_stream(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         Some(key) => pool.idle.bind(py).get_item(key)?,
         None => None,
     };
-    let Some(idle) = idle else {
-        return pool.first.bind(py).call0();
+    let idle = match idle {
+        Some(idle) => idle,
+        None => pool.first.bind(py).call0()?,
     };
     let idle = idle.cast_into::<PyList>()?;
     let owned = match idle.len().checked_sub(1) {
@@ -69,8 +71,7 @@ pub(crate) fn numba_stream(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
 /// `cuda.stream()`'s object over `owned`, a pooled stream taken from `idle` (its context's
 /// idle streams): a numba-cuda `Stream` with the attributes `Stream.__init__` sets (`handle`,
 /// `external`), whose collection appends `owned` to `idle` again.
-#[pyfunction]
-pub(crate) fn pooled_numba_stream<'py>(
+fn pooled_numba_stream<'py>(
     owned: Bound<'py, Stream>,
     idle: Bound<'py, PyList>,
 ) -> PyResult<Bound<'py, PyAny>> {
