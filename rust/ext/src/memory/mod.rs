@@ -4,8 +4,9 @@
 //! (`transfers.rs`), pinned host memory (`pinned.rs`), streams and events by raw handle
 //! (`handles.rs`), the releases of numba-cuda's pointers over pool memory (`releases.rs`),
 //! numba-cuda's `Stream` objects over pooled streams (`numba_streams.rs`), its arrays over pool
-//! memory (`numba_arrays.rs`) and their views `d[a:b]` (`numba_views.rs`), from its classes
-//! (`numba_classes.rs`). `python/fastlaunch/memory/` builds numba-cuda's other objects.
+//! memory (`numba_arrays.rs`, their pointers `numba_pointers.rs`) and their views `d[a:b]`
+//! (`numba_views.rs`), from its classes (`numba_classes.rs`). `python/fastlaunch/memory/`
+//! builds numba-cuda's other objects.
 //!
 //! Every call works in the thread's current context (device 0's primary context when none
 //! is current, as launches do). What a context needs for it ([`ContextMemory`]) is made on
@@ -22,6 +23,7 @@ mod handles;
 mod instances;
 mod numba_arrays;
 mod numba_classes;
+mod numba_pointers;
 mod numba_streams;
 mod numba_views;
 mod ordering;

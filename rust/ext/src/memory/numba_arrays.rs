@@ -21,8 +21,9 @@ use super::instances::new_instance;
 use super::numba_classes::{
     given_numba_classes, numba_classes, numba_memory_manager, NumbaClasses,
 };
+use super::numba_pointers::{init_memory_pointer, owned_pointer, MemoryPointerFields};
 use super::pool::{alloc_in, mem_free};
-use super::releases::{deref_when_collected, pool_release};
+use super::releases::pool_release;
 use crate::classify::born::describe_birth;
 
 /// A `DeviceNDArray` of the `objects.layout` `described` and NumPy `dtype` over new memory
@@ -120,26 +121,19 @@ fn pool_memory<'py>(
             return Err(error);
         }
     };
-    let pointer = classes.device_pointer.bind(py).call1((address,))?;
-    // the attributes AutoFreePointer.__init__ sets (MemoryPointer.__init__'s), in its order
-    memory.setattr(intern!(py, "context"), context)?;
-    memory.setattr(intern!(py, "device_pointer"), &pointer)?;
-    memory.setattr(intern!(py, "size"), nbytes)?;
-    memory.setattr(intern!(py, "_cuda_memsize_"), nbytes)?;
-    memory.setattr(intern!(py, "is_managed"), true)?;
-    // AutoFreePointer drops it to 0, its OwnedPointer takes it to 1
-    memory.setattr(intern!(py, "refct"), 1)?;
-    memory.setattr(intern!(py, "handle"), &pointer)?;
-    memory.setattr(intern!(py, "_owner"), py.None())?;
-    memory.setattr(intern!(py, "_finalizer"), &release)?;
+    // AutoFreePointer.__init__ is MemoryPointer.__init__'s, and the finalizer
+    let fields = MemoryPointerFields {
+        context,
+        address,
+        size: nbytes,
+        managed: true,
+        owner: &py.None().into_bound(py),
+        finalizer: Some(release.as_any()),
+    };
+    init_memory_pointer(classes, &memory, fields)?;
     let proxy = PyWeakrefProxy::new(&memory)?;
-    // the attributes OwnedPointer.__init__ sets, in its order; its deref runs in Rust
-    let owned = new_instance(classes.owned_pointer.bind(py))?;
-    owned.setattr(intern!(py, "_mem"), &proxy)?;
-    owned.setattr(intern!(py, "_view"), &proxy)?;
-    deref_when_collected(&owned, proxy.into_any().unbind(), Some(release.unbind()))?;
-    let ctypes_pointer = classes.ctypes_pointer.bind(py).call1((address,))?;
-    owned.setattr(intern!(py, "device_ctypes_pointer"), ctypes_pointer)?;
+    let view = proxy.clone().into_any();
+    let owned = owned_pointer(classes, proxy, &view, Some(release.unbind()), address)?;
     // numba-cuda's allocations are a UniqueDict; a live pool address is unique already, so
     // it is entered with dict's own __setitem__, past UniqueDict's check
     match allocations.cast::<PyDict>() {

@@ -17,7 +17,7 @@ use smallvec::SmallVec;
 use super::instances::new_instance;
 use super::numba_arrays::device_array;
 use super::numba_classes::{numba_classes, NumbaClasses};
-use super::releases::deref_when_collected;
+use super::numba_pointers::{init_memory_pointer, owned_pointer, MemoryPointerFields};
 
 /// `array[item]` for `item` a slice of the first axis with step 1, made here where `array` is
 /// exactly a `DeviceNDArray` over an `OwnedPointer` with positive extents and strides, and
@@ -216,31 +216,23 @@ fn owned_view<'py>(
     let py = gpu_data.py();
     let view = gpu_data.getattr(intern!(py, "_view"))?;
     let owner = owner_of(&view)?;
-    let pointer = classes.device_pointer.bind(py).call1((address,))?;
-    // MemoryPointer.__init__'s attributes, in its order
+    // MemoryPointer.view: a MemoryPointer of the owner ...
     let memory = new_instance(classes.memory_pointer.bind(py))?;
-    memory.setattr(
-        intern!(py, "context"),
-        view.getattr(intern!(py, "context"))?,
-    )?;
-    memory.setattr(intern!(py, "device_pointer"), &pointer)?;
-    memory.setattr(intern!(py, "size"), size)?;
-    memory.setattr(intern!(py, "_cuda_memsize_"), size)?;
-    memory.setattr(intern!(py, "is_managed"), false)?;
-    memory.setattr(intern!(py, "refct"), 1)?;
-    memory.setattr(intern!(py, "handle"), &pointer)?;
-    memory.setattr(intern!(py, "_owner"), &owner)?;
-    // OwnedPointer.__init__'s: a reference on the owner, counted on the owner itself
+    let fields = MemoryPointerFields {
+        context: &view.getattr(intern!(py, "context"))?,
+        address,
+        size,
+        managed: false,
+        owner: &owner,
+        finalizer: None,
+    };
+    init_memory_pointer(classes, &memory, fields)?;
+    // ... in an OwnedPointer, which takes a reference on the owner (counted on the owner
+    // itself: through its proxy costs twice as much)
     let refct = intern!(py, "refct");
     owner.setattr(refct, owner.getattr(refct)?.extract::<i64>()? + 1)?;
     let proxy = PyWeakrefProxy::new(&owner)?;
-    let owned = new_instance(classes.owned_pointer.bind(py))?;
-    owned.setattr(intern!(py, "_mem"), &proxy)?;
-    owned.setattr(intern!(py, "_view"), &memory)?;
-    deref_when_collected(&owned, proxy.into_any().unbind(), None)?;
-    let ctypes_pointer = classes.ctypes_pointer.bind(py).call1((address,))?;
-    owned.setattr(intern!(py, "device_ctypes_pointer"), ctypes_pointer)?;
-    Ok(owned)
+    owned_pointer(classes, proxy, &memory, None, address)
 }
 
 /// `view.owner` (`MemoryPointer.owner`: the pointer itself, or its `_owner`) without the
