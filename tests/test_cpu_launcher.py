@@ -204,7 +204,7 @@ CALLBACKS_ON_STAND_IN = textwrap.dedent(
     seen = []
     # Stands for numba-cuda's compile (no compiler without a GPU): the overload the
     # callbacks receive is what the kernel selects for the arguments' types.
-    scalars._select_overload = lambda argtypes, args, configuration: ("overload", argtypes)
+    scalars._select_overload = lambda argtypes, configuration: ("overload", argtypes)
     from numba.cuda import types
     scalars._register(
         _core.fingerprint((np.float32(1), 2)), 90, (types.float32, types.int64),

@@ -123,7 +123,7 @@ DISPATCHER = textwrap.dedent(
             pass
 
         kernel = fl.jit(k)
-        kernel._select_overload = lambda argtypes, args, configuration: compiled
+        kernel._select_overload = lambda argtypes, configuration: compiled
         loaded = []
         kernel._target = lambda compiled, cc: loaded.append(cc) or _core.CompiledKernel(
             b"image", "entry"
@@ -166,4 +166,61 @@ def test_dispatcher_on_miss_returns_what_rust_registers(run_on_stand_in):
         "sensitive 1 1 [] [(2.0, 3), (2.0, 3)]",
         "KernelArgumentError argument 0 (x): the kernel's signature expects array(float32, 1d, A), "
         "got float64 0 []",
+    ]
+
+
+KEPT_EXCEPTION = textwrap.dedent(
+    """
+    import types as pytypes, weakref
+    import fastlaunch as fl
+    from fastlaunch import _core, _numba_compat
+    from numba.cuda import types
+    from benchmarks.stand_in import stand_in_context
+
+    assert fl.is_available(), _core.unavailable_reason()
+    stand_in_context()
+    kept = []
+
+    def compile_keeping_an_exception(dispatcher, typed, config):
+        # as pytest's hook keeps an exception that a finalizer raised during the compile:
+        # its traceback keeps the compile's frames, and the frames' locals, alive
+        try:
+            raise RuntimeError("raised during the compile")
+        except RuntimeError as e:
+            kept.append(e)
+        print("arguments current", [type(a).__name__ for a in _numba_compat.current_launch_args()])
+        return pytypes.SimpleNamespace(
+            signature=pytypes.SimpleNamespace(args=(types.float64[::1], types.float64[::1])),
+            launch_config_sensitive=False,
+            debug=False,
+        )
+
+    _numba_compat.compile_with_c_dispatcher = compile_keeping_an_exception
+
+    @fl.jit
+    def double(out, a):
+        pass
+
+    double._target = lambda compiled, cc: _core.CompiledKernel(b"image", "entry")
+    source = fl.device_array(16)
+    out = fl.device_array(16)
+    released = weakref.ref(out)
+    double[1, 16](out, source)
+    del out
+    print("released", released() is None, "kept", len(kept))
+    print("after", _numba_compat.current_launch_args())
+    """
+)
+
+
+def test_a_compile_whose_frames_are_kept_keeps_no_argument(run_on_stand_in):
+    """The first launch's arguments go when the caller drops them, even where something
+    keeps the compile's frames (an exception raised there, kept with its traceback): the
+    arguments are numba-cuda's current launch arguments during the compile, and no frame of
+    the miss path holds them. Seen on the H200 under pytest, where the first launch of a
+    kernel kept its argument tuple (tests/test_gpu_launch.py)."""
+    assert run_on_stand_in(KEPT_EXCEPTION) == [
+        "arguments current ['DeviceNDArray', 'DeviceNDArray']",
+        "released True kept 1",
+        "after None",
     ]

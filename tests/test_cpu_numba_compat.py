@@ -115,12 +115,12 @@ def test_handing_a_launch_to_numba_cuda_in_each_versions_form(monkeypatch, versi
 def test_launch_args_are_current_only_from_0_30(monkeypatch):
     config = numba_cuda.launch_configuration(None, (1, 1, 1), (1, 1, 1), 0, 0)
     monkeypatch.setattr(numba_cuda, "version", lambda: (0, 26, 0))
-    with numba_cuda.launch_args_current(config, (1,)):
+    with numba_cuda.launch_args_current((1,)):
         pass  # 0.26 has no thread-local launch arguments to set
     monkeypatch.undo()
     if numba_cuda.has_launch_config_api():
-        with numba_cuda.launch_args_current(config, (7, 8)):
-            assert config.args == (7, 8)
+        with numba_cuda.launch_args_current((7, 8)):
+            assert config.args == (7, 8)  # numba-cuda's configuration reads the thread-local
             assert numba_cuda.current_launch_args() == (7, 8)
         assert numba_cuda.current_launch_args() is None
 

@@ -338,7 +338,10 @@ def test_the_arrays_of_a_launch_are_released_when_dropped(launch):
     kernel's first launch the argument tuple stayed referenced (not a cycle: ``gc.collect``
     did not free it) until a later launch; on the stand-in driver (numba-cuda's real compile,
     its module load replaced; CPython 3.11 and 3.12) it is not held
-    (benchmarks/results/gpu-tests-2026-12-05-9504548.md)."""
+    (benchmarks/results/gpu-tests-2026-12-05-9504548.md). The stand-in shows one way it
+    happens: something that keeps an exception raised during the compile (pytest's hook for
+    exceptions in finalizers) keeps the miss path's frames; since 2026-12-06 none of them
+    holds the arguments (test_cpu_miss.py)."""
 
     @fl.jit
     def double(out, a):

@@ -234,18 +234,20 @@ def dispatcher_call(dispatcher: Any, args: tuple, config: Any) -> None:
 
 
 @contextlib.contextmanager
-def launch_args_current(config: Any, args: tuple) -> Iterator[None]:
+def launch_args_current(args: tuple) -> Iterator[None]:
     """While inside, ``args`` are the current launch's arguments (``launch_config.args``,
-    numba-cuda's thread-local), as during numba-cuda's own launch; before 0.30 there are none
-    to set."""
+    numba-cuda's thread-local, which ``_LaunchConfiguration._push_args`` swaps), as during
+    numba-cuda's own launch; before 0.30 there are none to set."""
     if not has_launch_config_api():
         yield
         return
-    previous = config._push_args(args)
+    from numba.cuda.cext import _dispatcher
+
+    previous = _dispatcher.swap_current_launch_args(args)
     try:
         yield
     finally:
-        config._pop_args(previous)
+        _dispatcher.swap_current_launch_args(previous)
 
 
 def compile_with_c_dispatcher(dispatcher: Any, typed_args: tuple, config: Any) -> Any:

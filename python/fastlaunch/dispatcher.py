@@ -255,7 +255,9 @@ class Kernel(_core.Kernel):
             return
         argtypes = tuple(self._argument_type(arg) for arg in args)
         configuration = (launcher.griddim, launcher.blockdim, launcher.stream, launcher.sharedmem)
-        kernel = self._select_overload(argtypes, args, configuration)
+        with numba_cuda.launch_args_current(args):
+            del args  # see _select_overload
+            kernel = self._select_overload(argtypes, configuration)
         for callback in callbacks:
             callback(kernel, launcher)
 
@@ -291,7 +293,9 @@ class Kernel(_core.Kernel):
         # Not under the compile lock: numba-cuda's compiler lock serialises compiles, and
         # code run during a compile (launch-config-sensitive typing) may wait on another
         # thread's compile, as under numba-cuda.
-        kernel = self._select_overload(argtypes, args, configuration)
+        with numba_cuda.launch_args_current(args):
+            del args  # see _select_overload
+            kernel = self._select_overload(argtypes, configuration)
         if numba_cuda.is_launch_config_sensitive(kernel, self._dispatcher):
             return None, self._launch_config_sensitive()
         params = tuple(kernel.signature.args)
@@ -380,9 +384,13 @@ class Kernel(_core.Kernel):
         return self._names[position] if position < len(self._names) else f"arg{position}"
 
     def _select_overload(
-        self, argtypes: tuple, args: tuple, configuration: tuple[tuple, tuple, Any, int]
+        self, argtypes: tuple, configuration: tuple[tuple, tuple, Any, int]
     ) -> Any:
-        """numba-cuda's overload for these argument types, compiling when allowed."""
+        """numba-cuda's overload for these argument types, compiling when allowed, with the
+        launch's arguments current (``launch_args_current``). No frame of the compile holds
+        the arguments themselves: its frames may outlive it (a library that keeps an exception
+        raised there, as pytest's hook for exceptions in finalizers does, keeps its
+        traceback's frames and their locals), and the launch must not keep its arguments."""
         dispatcher = self._dispatcher
         if dispatcher.specialized:
             # One signature given as a string (or specialize()): numba-cuda launches its one
@@ -394,7 +402,7 @@ class Kernel(_core.Kernel):
             return exact
         if numba_cuda.can_compile(dispatcher):
             started = time.perf_counter()
-            kernel = self._compile_for_launch(argtypes, args, configuration)
+            kernel = self._compile_for_launch(argtypes, configuration)
             _log.debug(
                 "compiled %s(%s) in %.0f ms",
                 self.__qualname__,
@@ -416,23 +424,22 @@ class Kernel(_core.Kernel):
         return dispatcher.overloads[tuple(signature.args)]
 
     def _compile_for_launch(
-        self, argtypes: tuple, args: tuple, configuration: tuple[tuple, tuple, Any, int]
+        self, argtypes: tuple, configuration: tuple[tuple, tuple, Any, int]
     ) -> Any:
         """Compiles as numba-cuda's own launch does: through its C dispatcher, with the
         launch configuration current (``numba.cuda.launchconfig.current_launch_config()``,
-        whose ``dispatcher`` is this kernel) and the launch's arguments in
-        ``launch_config.args``. numba types fastlaunch's argument types, not the objects
+        whose ``dispatcher`` is this kernel; the caller made the launch's arguments
+        ``launch_config.args``). numba types fastlaunch's argument types, not the objects
         (which may be kinds only fastlaunch reads, such as DLPack-only tensors)."""
         config = _launch_configuration(self, *configuration)
         typed = tuple(_Typed(t) for t in argtypes)
-        with numba_cuda.launch_args_current(config, args):
-            kernel = numba_cuda.compile_with_c_dispatcher(self._dispatcher, typed, config)
-            # Callbacks the compile added to the current configuration run before the launch
-            # that compiled (numba-cuda runs that configuration's list then; before 0.30,
-            # nothing adds any).
-            for callback in config.pre_launch_callbacks:
-                callback(kernel, config)
-            return kernel
+        kernel = numba_cuda.compile_with_c_dispatcher(self._dispatcher, typed, config)
+        # Callbacks the compile added to the current configuration run before the launch
+        # that compiled (numba-cuda runs that configuration's list then; before 0.30,
+        # nothing adds any).
+        for callback in config.pre_launch_callbacks:
+            callback(kernel, config)
+        return kernel
 
     def _target(self, kernel: Any, compute_capability: int) -> Any:
         """What Rust launches for a numba ``_Kernel``: its linked cubin, loaded once; or,
