@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import sys
 import weakref
+from typing import Any
 
 import numpy as np
 import pytest
@@ -350,12 +351,17 @@ def test_the_arrays_of_a_launch_are_released_when_dropped(launch, monkeypatch):
         if i < a.size:
             out[i] = 2 * a[i]
 
-    # exceptions raised in finalizers meanwhile (pytest's own hook keeps them, with their
-    # frames): none may come from fastlaunch; any other is named if the array is held
+    # exceptions raised in finalizers meanwhile: none may come from fastlaunch; any other is
+    # named if the array is held. Handed on to the hook in place (pytest's keeps them, with
+    # their frames), so that what the test watches for still happens.
     unraisable: list[str] = []
-    monkeypatch.setattr(
-        sys, "unraisablehook", lambda u: unraisable.append(f"{u.object!r}: {u.exc_value!r}")
-    )
+    handed_on = sys.unraisablehook
+
+    def collect(raised: Any) -> None:
+        unraisable.append(f"{raised.object!r}: {raised.exc_value!r}")
+        handed_on(raised)
+
+    monkeypatch.setattr(sys, "unraisablehook", collect)
     source = fl.to_device(np.arange(1024, dtype=np.float64))
     if launch == "second":
         double[4, 256](fl.device_array(1024), source)
