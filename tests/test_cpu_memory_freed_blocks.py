@@ -265,13 +265,13 @@ bytes_before = fake.fake_outstanding_bytes()
 p = _core.mem_alloc(100)
 print(fake.fake_outstanding_bytes() - bytes_before)  # not rounded to a class
 _core.mem_free(p)
-q = _core.mem_alloc(100)
+q = _core.mem_alloc(100)  # may get p's block: a mark after the free, for its readers
 _core.mem_free(q)
 print(counts.since(), cached())
 """,
         env={"FASTLAUNCH_FREED_BLOCK_CACHE": "0"},
     )
-    assert lines == ["100", "allocs 2 frees 2 records 0 waits 0 0"]
+    assert lines == ["100", "allocs 2 frees 2 records 1 waits 0 0"]
 
 
 def test_defer_cleanup_still_holds_frees_back(run_on_stand_in):

@@ -147,10 +147,11 @@ print(fake.fake_stream_waits() - waits)
     assert lines == ["0 True", "1", "2"]
 
 
-def test_legacy_copies_are_marked_for_non_blocking_streams_when_one_needs_them(run_on_stand_in):
-    """A copy to the device on the legacy stream records only its staging slot's event; the
-    event a non-blocking stream waits for is recorded on the legacy stream by the first launch
-    there that needs it, once for any number of copies before it."""
+def test_legacy_copies_are_marked_when_enqueued_so_waits_need_no_legacy_command(run_on_stand_in):
+    """A copy to the device on the legacy stream records its staging slot's event and a mark
+    after it, on the legacy stream, as it is enqueued; a non-blocking stream then waits for
+    the newest mark and nothing is recorded on the legacy stream for the wait (a capture of a
+    blocking stream would refuse it: the second review's F5)."""
     lines = run_on_stand_in(
         PRELUDE
         + """
@@ -160,17 +161,17 @@ launch(NON_BLOCKING, device)  # waits for the prelude's copy: nothing new below
 records = fake.fake_event_records()
 for _ in range(3):
     _core.copy_to_device(ADDRESS, np.ones(8))
-print(fake.fake_event_records() - records)  # the three slots' events
+print(fake.fake_event_records() - records)  # the three slots' events and three marks
 records = fake.fake_event_records()
 waits = fake.fake_stream_waits()
-_core.copy_to_host(np.empty(8), ADDRESS, NON_BLOCKING)  # the copies' event, the slot's
+_core.copy_to_host(np.empty(8), ADDRESS, NON_BLOCKING)  # the slot's, the stream's own
 print(fake.fake_event_records() - records, fake.fake_stream_waits() - waits)
-launch(OTHER := _core.stream_create(True), device)  # the same record, waited for again
+launch(OTHER := _core.stream_create(True), device)  # the newest mark, waited for again
 print(fake.fake_event_records() - records, fake.fake_stream_waits() - waits)
 print(fake.fake_last_recording_stream() == OTHER)  # the launch's own event, for frees
 """
     )
-    assert lines == ["3", "2 1", "3 2", "True"]
+    assert lines == ["6", "2 1", "3 2", "True"]
 
 
 def test_a_new_stream_object_per_launch_reuses_its_configuration_and_is_not_kept(

@@ -40,7 +40,8 @@ typedef int (*driver_fn)(W, W, W, W, W, W, W, W, W, W, W);
     X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuGraphGetNodes) \
     X(cuGraphKernelNodeGetParams_v2) X(cuGraphExecKernelNodeSetParams_v2) X(cuCtxGetId) \
     X(cuStreamGetCtx) X(cuStreamGetId) X(cuMemPoolCreate) X(cuMemPoolDestroy) \
-    X(cuMemAllocFromPoolAsync) X(cuStreamGetCaptureInfo_v3) X(cuStreamGetCaptureInfo_v2)
+    X(cuMemAllocFromPoolAsync) X(cuStreamGetCaptureInfo_v3) X(cuStreamGetCaptureInfo_v2) \
+    X(cuThreadExchangeStreamCaptureMode)
 
 #define INDEX(name) I_##name,
 enum { FUNCTIONS(INDEX) COUNT };

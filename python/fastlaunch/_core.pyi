@@ -63,7 +63,7 @@ __all__ = [
     "current_context_key",
     "forget_context",
     "at_exit",
-    "settle_legacy_work",
+    "settle_export",
     "mem_alloc",
     "mem_free",
     "PoolRelease",
@@ -403,9 +403,11 @@ def forget_context(key: int) -> None:
 def at_exit() -> None:
     """The interpreter is exiting: nothing dropped from now on is given back to the driver."""
 
-def settle_legacy_work() -> None:
-    """Waits, without the GIL, until the copies and allocations enqueued on the legacy stream
-    by the memory API have run (returns at once when none is pending)."""
+def settle_export(array: Any, pointer: int) -> None:
+    """Before ``array``'s interface goes to another library: waits, without the GIL and in the
+    relaxed capture mode, for its own pending work on the legacy stream (at once, with no
+    driver call, when none is), and marks its pool block exported (its free then waits for
+    the whole context). ``pointer``: the interface's address, for memory not of the pool."""
 
 def mem_free(pointer: int, stream: int = 0, context: int | None = None) -> None:
     """Frees ``pointer`` on ``stream``, after all work already enqueued there and the work on

@@ -39,5 +39,6 @@ def forget(key: int) -> None:
 
 
 def synchronize() -> None:
-    """numba-cuda's ``cuda.synchronize()``: waits for the current context (without the GIL)."""
-    _core.synchronize()
+    """numba-cuda's ``cuda.synchronize()``: waits for the current context (without the GIL),
+    and notes the memory API's work enqueued before as done."""
+    _core.context_synchronize()

@@ -166,14 +166,17 @@ def copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
 
 
 def cuda_array_interface(self: Any) -> Any:
-    """numba-cuda's ``__cuda_array_interface__``. For an array bound to no stream it says
-    ``"stream": None`` ("nothing to wait for"), true of numba-cuda's synchronous copies and
-    allocations; fastlaunch enqueues them on the legacy stream, so it first waits on the host
-    (without the GIL) until those enqueued so far have run: at once when none is pending."""
+    """numba-cuda's ``__cuda_array_interface__``, read by another library on streams fastlaunch
+    cannot see. numba-cuda's copies to the device and allocations are synchronous; fastlaunch
+    enqueues them on the legacy stream, so before the dictionary is handed out the array's
+    own pending work there (a staged copy into it, its allocation after a free) is waited for
+    on the host, without the GIL and in the relaxed capture mode (no capture refuses it or is
+    broken by it), whatever stream the array is bound to: at once, with no driver call, when
+    none is pending. Its block is then freed as numba-cuda frees memory, after all the
+    context's work (``rust/ext/src/memory/exports.rs``)."""
     base = numba_cuda.devicearray().DeviceNDArrayBase
     interface = original(base, "__cuda_array_interface__").fget(self)
-    if interface["stream"] is None:
-        _core.settle_legacy_work()
+    _core.settle_export(self, interface["data"][0] or 0)
     return interface
 
 

@@ -160,6 +160,41 @@ impl Driver {
         })
     }
 
+    /// Whether this driver lets a thread set its own stream-capture mode
+    /// (`cuThreadExchangeStreamCaptureMode`), so that [`Driver::relaxed`] can make host waits
+    /// legal while another thread or library captures in global mode.
+    pub fn can_relax_capture(&self) -> bool {
+        self.api.thread_exchange_stream_capture_mode.is_some()
+    }
+
+    /// Runs `work` with the calling thread in the relaxed stream-capture mode, its own mode
+    /// put back after. In the default (global) mode, an event query or synchronization made
+    /// while any thread captures in global mode is refused and invalidates that capture
+    /// (CUDA's "potentially unsafe" calls); in relaxed mode it is legal for events recorded
+    /// outside a capture, and captures are left alone. A driver without the call runs `work`
+    /// as it is.
+    pub fn relaxed<T>(&self, work: impl FnOnce() -> Result<T>) -> Result<T> {
+        const RELAXED: std::ffi::c_int = 2;
+        let Some(exchange) = self.api.thread_exchange_stream_capture_mode else {
+            return work();
+        };
+        let mut mode = RELAXED;
+        self.check(
+            // SAFETY: a valid in/out pointer to a mode; the call only swaps the thread's mode.
+            unsafe { exchange(&mut mode) },
+            "setting the thread's capture mode (cuThreadExchangeStreamCaptureMode)",
+        )?;
+        let done = work();
+        let restored = self.check(
+            // SAFETY: as above; `mode` holds the thread's previous mode, put back.
+            unsafe { exchange(&mut mode) },
+            "restoring the thread's capture mode (cuThreadExchangeStreamCaptureMode)",
+        );
+        let done = done?;
+        restored?;
+        Ok(done)
+    }
+
     /// Makes `stream` wait, on the GPU, for the work submitted to `producer` so far, through
     /// `event` (recorded on `producer`). The host never blocks.
     pub fn order_after(&self, stream: usize, producer: usize, event: &Event) -> Result<()> {

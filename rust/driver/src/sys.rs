@@ -294,6 +294,8 @@ driver_api! {
             *mut *const CUgraphNode, *mut *const c_void, *mut usize);
         stream_get_capture_info_v2 = "cuStreamGetCaptureInfo_v2": fn(
             CUstream, *mut c_int, *mut u64, *mut CUgraph, *mut *const CUgraphNode, *mut usize);
+        // The calling thread's stream-capture interaction mode (CUDA 10.1+).
+        thread_exchange_stream_capture_mode = "cuThreadExchangeStreamCaptureMode": fn(*mut c_int);
     }
 }
 

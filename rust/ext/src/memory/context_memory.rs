@@ -32,12 +32,13 @@ pub(crate) struct ContextMemory {
     pub(crate) pool: Option<MemoryPool>,
     /// The events ordering this context's work with non-blocking streams (`ordering.rs`).
     pub(crate) ordering: ManuallyDrop<Mutex<StreamOrdering>>,
-    /// Copies and allocations counted on the legacy stream, and how many of them a wait on
-    /// the host has seen done (`ordering::settle_legacy_work`).
-    pub(crate) legacy_work: AtomicU64,
-    pub(crate) settled_work: AtomicU64,
+    /// The newest of the ordering's marks known done: it and every mark before it.
+    pub(crate) done_mark: AtomicU64,
     /// Pool frees a stream capture refused: made at the next call that may make them.
     deferred_frees: Pointers,
+    /// Frees of blocks another library read (`exports.rs`), held until a synchronization of
+    /// the context lets them go to the pool (`pool::make_exported_frees`).
+    exported_frees: Pointers,
     /// Allocations made with `cuMemAlloc` while a capture refused the pool's (freed with
     /// `cuMemFree`).
     plain_allocations: Pointers,
@@ -168,10 +169,10 @@ impl ContextMemory {
             ordinal: context.ordinal,
             ring: ManuallyDrop::new(StagingRing::new(driver)),
             pool,
-            ordering: ManuallyDrop::new(Mutex::new(StreamOrdering::new(driver)?)),
-            legacy_work: AtomicU64::new(0),
-            settled_work: AtomicU64::new(0),
+            ordering: ManuallyDrop::new(Mutex::new(StreamOrdering::new())),
+            done_mark: AtomicU64::new(0),
             deferred_frees: Pointers::default(),
+            exported_frees: Pointers::default(),
             plain_allocations: Pointers::default(),
             freed_blocks: FreedBlocks::new(release_threshold.unwrap_or(0)),
         })
@@ -197,6 +198,18 @@ impl ContextMemory {
     /// The frees deferred so far (none: no lock taken).
     pub(crate) fn take_deferred_frees(&self) -> Vec<u64> {
         self.deferred_frees.take_all()
+    }
+
+    /// Holds the free of an exported block ([`ContextMemory::take_exported_frees`]); how many
+    /// are held now.
+    pub(crate) fn hold_exported_free(&self, pointer: u64) -> usize {
+        self.exported_frees.push(pointer);
+        self.exported_frees.count.load(Ordering::Acquire)
+    }
+
+    /// The exported frees held so far (none: no lock taken).
+    pub(crate) fn take_exported_frees(&self) -> Vec<u64> {
+        self.exported_frees.take_all()
     }
 
     pub(crate) fn note_plain_allocation(&self, pointer: u64) {

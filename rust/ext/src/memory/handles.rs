@@ -10,7 +10,11 @@
 
 use pyo3::prelude::*;
 
+use fastlaunch_driver::{is_legacy_stream, LaunchContext};
+
+use super::context_memory::known_context_memory;
 use super::current;
+use super::ordering::{newest_mark, note_synchronized};
 use crate::devices::driver;
 use crate::errors::Result;
 
@@ -31,11 +35,15 @@ pub(crate) fn stream_destroy(handle: usize) -> Result<()> {
     Ok(unsafe { driver.destroy_stream(handle) }?)
 }
 
-/// Waits until all work submitted to the stream has finished.
+/// Waits until all work submitted to the stream has finished; for the legacy stream, notes
+/// the memory API's marks recorded before as done.
 #[pyfunction]
 pub(crate) fn stream_synchronize(py: Python<'_>, handle: usize) -> Result<()> {
-    let (driver, _) = current()?;
-    Ok(py.detach(|| driver.stream_synchronize(handle))?)
+    let (driver, context) = current()?;
+    if !is_legacy_stream(handle) {
+        return Ok(py.detach(|| driver.stream_synchronize(handle))?);
+    }
+    synchronized(py, &context, || driver.stream_synchronize(handle))
 }
 
 /// Whether all work submitted to the stream has finished.
@@ -99,5 +107,23 @@ pub(crate) fn event_elapsed_ms(start: usize, end: usize) -> Result<f32> {
 /// current): `synchronize()` under the name the memory API uses.
 #[pyfunction]
 pub(crate) fn context_synchronize(py: Python<'_>) -> Result<()> {
-    crate::devices::synchronize(py)
+    let (driver, context) = current()?;
+    synchronized(py, &context, || driver.synchronize())
+}
+
+/// Runs `wait` (a synchronization covering the legacy stream of `context`, the current
+/// context) without the GIL, then notes the memory API's marks recorded before it as done,
+/// so that reading an array's interface asks nothing more of them.
+fn synchronized(
+    py: Python<'_>,
+    context: &LaunchContext,
+    wait: impl FnOnce() -> fastlaunch_driver::Result<()> + Send,
+) -> Result<()> {
+    let memory = known_context_memory(context.key());
+    let newest = memory.as_deref().map(newest_mark);
+    py.detach(wait)?;
+    if let (Some(memory), Some(newest)) = (memory, newest) {
+        note_synchronized(&memory, newest);
+    }
+    Ok(())
 }

@@ -18,6 +18,7 @@
 
 mod buffer;
 mod context_memory;
+mod exports;
 mod freed_blocks;
 mod handles;
 mod instances;
@@ -40,6 +41,7 @@ use crate::devices::driver;
 use crate::errors::{Error, Result};
 
 pub(crate) use context_memory::{at_exit, context_memory, forget_context};
+pub(crate) use exports::settle_export;
 pub(crate) use handles::{
     context_synchronize, event_create, event_destroy, event_elapsed_ms, event_query, event_record,
     event_synchronize, stream_create, stream_destroy, stream_query, stream_synchronize,
@@ -49,7 +51,7 @@ pub(crate) use numba_arrays::{numba_device_array, numba_pool_memory, pool_array}
 pub(crate) use numba_classes::{read_numba_contexts, read_numba_memory_classes};
 pub(crate) use numba_streams::{numba_stream, pool_numba_streams, StreamReturn};
 pub(crate) use numba_views::first_axis_view;
-pub(crate) use ordering::{after_launch, before_launch, in_use, settle_legacy_work};
+pub(crate) use ordering::{after_launch, before_launch, in_use};
 pub(crate) use pinned::{pinned_alloc, pinned_free};
 pub(crate) use pool::{
     context_key, current_context_key, mem_alloc, mem_free, pool_release_threshold, pool_trim,

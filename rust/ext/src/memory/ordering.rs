@@ -1,32 +1,38 @@
-//! Ordering the memory API's work with non-blocking streams, which the legacy default stream
-//! does not order with (everything else, blocking and per-thread default streams, orders with
-//! it), on the GPU, never by blocking the host:
+//! Ordering the memory API's work with the streams that read it, on the GPU where a stream
+//! can wait, and never by waiting on the host for more than the memory's own work:
 //!
-//! - *legacy work* must be seen by a launch or a copy on a non-blocking stream: copies to the
-//!   device on the legacy stream (`to_device` with no stream, which numba-cuda makes
-//!   synchronously and fastlaunch only enqueues), and every allocation from the pool on any
-//!   stream (the pool may hand back memory freed on the legacy stream whose earlier users
-//!   still run, and orders the new allocation after them only on its own stream). The stream
-//!   waits, once per new piece of legacy work, for the context's `copied` event, recorded on
-//!   the legacy stream then (so after everything enqueued there so far), not after each piece;
-//! - other libraries reading an array through `__cuda_array_interface__` (which numba-cuda
-//!   exports with no stream for arrays bound to none) are ordered by a wait on the host, made
-//!   only while legacy work is pending ([`settle_legacy_work`]);
+//! - *legacy work* (copies to the device on the legacy stream, which numba-cuda makes
+//!   synchronously and fastlaunch only enqueues, and allocations that may get a block freed
+//!   on the legacy stream whose earlier users still run) is followed by a *mark*, an event
+//!   recorded on the legacy stream right after it is enqueued (`stream_ordering.rs`). The
+//!   device range it concerns is noted with its mark. A launch or copy on a non-blocking
+//!   stream waits, on the GPU, for the newest mark it has not waited for: no command on the
+//!   legacy stream is needed then, so a capture that refuses the legacy stream (a blocking
+//!   stream's) cannot make it fail;
+//! - another library reading an array (`__cuda_array_interface__`, DLPack) is ordered by
+//!   [`settle_export`]: the host waits, without the GIL and in the relaxed capture mode (so
+//!   no capture, of any thread, refuses it or is invalidated by it), for the newest mark of
+//!   the array's own memory only, and only while it is not known done; an array whose work
+//!   is known done exports with no driver call. What is known done: marks a query or a wait
+//!   saw done, and all marks before a synchronization of the context or the legacy stream;
 //! - a free (on the legacy stream) must not let the pool hand the memory out again while work
 //!   on a non-blocking stream may still use it: after each launch, allocation and copy on a
-//!   non-blocking stream an event of the context's, one per stream, is recorded there, and the
-//!   next free waits for each event recorded since the last free. Stream handles are never
-//!   kept past that: a stream may be destroyed (and its handle reused) at any time, an event
-//!   recorded on it stays valid. So a free makes the legacy stream, and every blocking stream
-//!   after it, wait for that work: the cost other libraries' default streams pay.
+//!   non-blocking stream (copies back included) an event of the context's, one per stream, is
+//!   recorded there, and the next free waits for each event recorded since the last free.
+//!   Stream handles are never kept past that: a stream may be destroyed (and its handle
+//!   reused) at any time, an event recorded on it stays valid.
 //!
 //! A launch pays one relaxed atomic load until the memory API is used; after that, a launch
 //! on a stream other than the default ones also asks whether it is being captured and its
 //! flags (known without asking for the streams fastlaunch made: `made_streams.rs`), and one
 //! on a non-blocking stream records its event.
+//!
+//! On a driver that cannot put a thread in the relaxed capture mode, a mark is waited for
+//! (without the GIL) as soon as it is recorded, so that no later read has to ask: a read
+//! during another thread's global capture would invalidate it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use fastlaunch_driver::{
     self as driver, is_default_stream, is_legacy_stream, Capture, Event, LaunchContext,
@@ -35,22 +41,22 @@ use fastlaunch_driver::{
 use pyo3::prelude::*;
 
 use super::context_memory::{all_context_memory, context_memory, ContextMemory};
-use super::stream_ordering::{FollowedStream, FreePoint, FOLLOWED_STREAMS};
+use super::stream_ordering::{FollowedStream, FreePoint, StreamOrdering, FOLLOWED_STREAMS};
 use crate::errors::Result;
 use crate::made_streams;
 
 /// Set once the memory API allocated or copied: before that, no launch has its memory.
 static IN_USE: AtomicBool = AtomicBool::new(false);
-/// How many pieces of legacy work were counted, in every context.
-static LEGACY_WORK: AtomicU64 = AtomicU64::new(0);
-/// `LEGACY_WORK` as it was when [`settle_legacy_work`] last saw all of it done.
-static SETTLED_WORK: AtomicU64 = AtomicU64::new(0);
+/// Marks recorded, in every context: what a stream's wait is keyed by.
+static MARKS_RECORDED: AtomicU64 = AtomicU64::new(0);
+/// Device ranges waiting for a mark, in every context: none, and an export asks nothing.
+static WAITING_RANGES: AtomicUsize = AtomicUsize::new(0);
 
-/// Streams this thread made wait for the legacy work, the most recent first. A stream not
+/// Streams this thread made wait for the newest mark, the most recent first. A stream not
 /// here waits (again): never wrong.
 const WAITERS: usize = 8;
 
-/// A stream that waited for the legacy work counted up to `work`.
+/// A stream that waited for the marks recorded up to `marks`.
 #[derive(Clone, Copy, Default)]
 struct Waited {
     context: u64,
@@ -58,12 +64,12 @@ struct Waited {
     /// The stream's id: a stream destroyed after its wait may leave its handle to a new
     /// stream, which has waited for nothing (without ids, never taken as seen).
     id: Option<u64>,
-    work: u64,
+    marks: u64,
 }
 
 thread_local! {
     static SEEN: Cell<[Waited; WAITERS]> = const {
-        Cell::new([Waited { context: 0, stream: 0, id: None, work: 0 }; WAITERS])
+        Cell::new([Waited { context: 0, stream: 0, id: None, marks: 0 }; WAITERS])
     };
 }
 
@@ -107,6 +113,9 @@ impl StreamWork {
         })
     }
 }
+
+/// Device memory written by a piece of work: `(address, bytes)`.
+pub(crate) type Written = Option<(u64, usize)>;
 
 /// Whether the memory API allocated or copied yet.
 pub(crate) fn in_use() -> bool {
@@ -210,39 +219,44 @@ pub(crate) fn order_free(
         driver.stream_wait_event(stream, followed.event.handle())?;
         followed.pending = !is_legacy_stream(stream);
     }
-    Ok(FreePoint(ordering.records))
+    ordering.freed_since_mark = true;
+    Ok(FreePoint(ordering.newest))
 }
 
 /// Before a block freed at `freed` on the legacy stream (kept in the freed-block cache, not
 /// given to the pool) is handed out again on `stream`, not being captured: orders every later
-/// use of it after its earlier users, as the pool's free and allocation would have. A command
-/// on the legacy stream after the free (a record of `copied`, made now if none was since)
-/// orders it after the earlier users on blocking streams, and any later work on a blocking
-/// stream after it (the legacy stream synchronises with both); a stream other than the
-/// legacy one also waits for that record on the GPU (a non-blocking stream, or one of
-/// another context, is ordered with nothing else). `None`: it cannot be ordered now (a
-/// blocking stream is being captured, which refuses the legacy stream): use the pool.
-/// Call [`after_alloc`] once it is handed out: the reuse is legacy work.
+/// use of it after its earlier users, as the pool's free and allocation would have. A mark
+/// after the free (recorded now if none was since) orders it after the earlier users on
+/// blocking streams, and any later work on a blocking stream after it (the legacy stream
+/// synchronises with both); a stream other than the legacy one also waits for that mark on
+/// the GPU (a non-blocking stream, or one of another context, is ordered with nothing else).
+/// `None`: it cannot be ordered now (a blocking stream is being captured, which refuses the
+/// legacy stream): use the pool. Then call [`after_reuse`].
 pub(crate) fn before_reuse(
     driver: &'static driver::Driver,
     context: &LaunchContext,
     memory: &ContextMemory,
     stream: usize,
     freed: FreePoint,
-) -> Result<Option<StreamWork>> {
+) -> Result<Option<(StreamWork, u64)>> {
     let work = StreamWork::on(driver, context, stream, false)?;
     let legacy = is_legacy_stream(stream);
     let mut ordering = memory.ordering();
-    if ordering.records == freed.0 {
+    if ordering.newest == freed.0 {
         if !legacy && driver.capture_state(LEGACY_STREAM)? != Capture::None {
             return Ok(None);
         }
-        ordering.record_copied(LEGACY_WORK.load(Ordering::Acquire))?;
+        ordering.record_mark(driver)?;
+        MARKS_RECORDED.fetch_add(1, Ordering::Release);
     }
+    let mark = ordering.newest;
     if !legacy {
-        driver.stream_wait_event(stream, ordering.copied.handle())?;
+        let (event, _) = ordering
+            .mark_event(mark)
+            .expect("the newest mark is recorded");
+        driver.stream_wait_event(stream, event)?;
     }
-    Ok(Some(work))
+    Ok(Some((work, mark)))
 }
 
 /// Before a copy on `stream`: whether it is being captured (asked of every stream: the
@@ -271,76 +285,197 @@ pub(crate) fn before_alloc(
     StreamWork::on(driver, context, stream, false)
 }
 
-/// After a copy ([`before_copy`]) is enqueued: a write to the device on the legacy stream is
-/// counted as legacy work, work on a non-blocking stream is followed (for frees to wait for).
+/// After a copy ([`before_copy`]) is enqueued, in either direction: work on a non-blocking
+/// stream is followed (for frees to wait for); a write to the device (`written`) on the
+/// legacy stream is legacy work, marked.
 pub(crate) fn after_copy(
+    py: Python<'_>,
     driver: &'static driver::Driver,
     memory: &ContextMemory,
     work: StreamWork,
-) -> driver::Result<()> {
+    written: Written,
+) -> Result<()> {
     if work.non_blocking {
         follow(driver, memory, work.stream)?;
-    } else if !work.capturing && is_legacy_stream(work.stream) {
-        count_legacy_work(memory);
+    } else if let Some((address, len)) = written.filter(|_| is_legacy_stream(work.stream)) {
+        if !work.capturing {
+            let mark = {
+                let mut ordering = memory.ordering();
+                let mark = ordering.record_mark(driver)?;
+                note_pending(&mut ordering, memory, address, len, mark);
+                mark
+            };
+            MARKS_RECORDED.fetch_add(1, Ordering::Release);
+            settle_if_unrelaxable(py, driver, memory, mark)?;
+        }
     }
     Ok(())
 }
 
-/// After an allocation from the pool ([`before_alloc`]): counted as legacy work whatever its
-/// stream (its memory's earlier users ran up to the free, on the legacy stream), and
-/// followed on a non-blocking stream.
+/// After an allocation of `len` bytes at `address` from the pool ([`before_alloc`]): a
+/// block freed since the newest mark may be the one handed out, whose earlier users only a
+/// new mark follows (recorded now, on the legacy stream; where that stream is refused, the
+/// allocation is ordered on its own stream alone, by the pool); the range waits for that
+/// mark. Followed on a non-blocking stream.
 pub(crate) fn after_alloc(
+    py: Python<'_>,
     driver: &'static driver::Driver,
     memory: &ContextMemory,
     work: StreamWork,
-) -> driver::Result<()> {
+    address: u64,
+    len: usize,
+) -> Result<()> {
     if work.non_blocking {
         follow(driver, memory, work.stream)?;
     }
-    count_legacy_work(memory);
+    let recorded = {
+        let mut ordering = memory.ordering();
+        let recorded = if ordering.freed_since_mark
+            && (is_legacy_stream(work.stream)
+                || driver.capture_state(LEGACY_STREAM)? == Capture::None)
+        {
+            Some(ordering.record_mark(driver)?)
+        } else {
+            None
+        };
+        let mark = ordering.newest;
+        note_pending(&mut ordering, memory, address, len, mark);
+        recorded
+    };
+    if let Some(mark) = recorded {
+        MARKS_RECORDED.fetch_add(1, Ordering::Release);
+        settle_if_unrelaxable(py, driver, memory, mark)?;
+    }
     Ok(())
 }
 
-fn count_legacy_work(memory: &ContextMemory) {
-    memory.legacy_work.fetch_add(1, Ordering::Release);
-    LEGACY_WORK.fetch_add(1, Ordering::Release);
+/// After a freed-block cache's block of `len` bytes at `address` is handed out, ordered by
+/// [`before_reuse`] after `mark`.
+pub(crate) fn after_reuse(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    (work, mark): (StreamWork, u64),
+    address: u64,
+    len: usize,
+) -> Result<()> {
+    if work.non_blocking {
+        follow(driver, memory, work.stream)?;
+    }
+    note_pending(&mut memory.ordering(), memory, address, len, mark);
+    settle_if_unrelaxable(py, driver, memory, mark)
 }
 
+/// Notes that `[address, address + len)` is ready once `mark` is done, unless it is known
+/// done already.
+fn note_pending(
+    ordering: &mut StreamOrdering,
+    memory: &ContextMemory,
+    address: u64,
+    len: usize,
+    mark: u64,
+) {
+    if mark == 0 || mark <= memory.done_mark.load(Ordering::Acquire) {
+        return;
+    }
+    let before = ordering.waiting();
+    ordering.note_pending(address, len, mark);
+    count_waiting(before, ordering.waiting());
+}
+
+fn count_waiting(before: usize, after: usize) {
+    if after > before {
+        WAITING_RANGES.fetch_add(after - before, Ordering::AcqRel);
+    } else if before > after {
+        WAITING_RANGES.fetch_sub(before - after, Ordering::AcqRel);
+    }
+}
+
+/// Notes that `mark` and every mark before it are done in `memory`'s context.
+fn note_done(memory: &ContextMemory, mark: u64) {
+    if memory.done_mark.fetch_max(mark, Ordering::AcqRel) >= mark {
+        return;
+    }
+    let mut ordering = memory.ordering();
+    let before = ordering.waiting();
+    ordering.prune(memory.done_mark.load(Ordering::Acquire));
+    count_waiting(before, ordering.waiting());
+}
+
+/// Where the driver cannot relax a thread's capture mode, waits for `mark` now (see the
+/// module's text).
+fn settle_if_unrelaxable(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    mark: u64,
+) -> Result<()> {
+    if driver.can_relax_capture() {
+        return Ok(());
+    }
+    wait_for_mark(py, driver, memory, mark)
+}
+
+/// Waits on the host, without the GIL and in the relaxed capture mode, until `mark` is done
+/// in `memory`'s context: at once, with no driver call, when it is known done.
+fn wait_for_mark(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    mark: u64,
+) -> Result<()> {
+    if mark <= memory.done_mark.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let Some((event, held)) = memory.ordering().mark_event(mark) else {
+        return Ok(()); // never recorded: nothing was enqueued to wait for
+    };
+    if !driver.relaxed(|| driver.event_query(event))? {
+        py.detach(|| driver.relaxed(|| driver.event_synchronize(event)))?;
+    }
+    note_done(memory, held);
+    Ok(())
+}
+
+/// Makes the non-blocking `stream` wait, on the GPU, for the newest mark of `context` (all
+/// the legacy work so far), unless it did since that mark or the mark is known done. No
+/// command goes to the legacy stream.
 fn wait_for_legacy_work(
     driver: &'static driver::Driver,
     context: &LaunchContext,
     stream: usize,
 ) -> Result<()> {
-    let work = LEGACY_WORK.load(Ordering::Acquire);
-    if work == 0 {
+    let marks = MARKS_RECORDED.load(Ordering::Acquire);
+    if marks == 0 {
         return Ok(());
     }
     let key = context.key();
     let seen = SEEN.with(Cell::get);
     let this = |entry: &Waited| entry.context == key && entry.stream == stream;
-    if let Some(entry) = seen.iter().find(|entry| this(entry) && entry.work == work) {
+    if let Some(entry) = seen
+        .iter()
+        .find(|entry| this(entry) && entry.marks == marks)
+    {
         if entry.id.is_some() && driver.stream_id(stream)? == entry.id {
             return Ok(());
         }
     }
     let memory = context_memory(driver, context)?;
     {
-        let mut ordering = memory.ordering();
-        if ordering.recorded_at != work && driver.capture_state(LEGACY_STREAM)? == Capture::Implicit
-        {
-            // a blocking stream is being captured: the legacy stream cannot be recorded on
-            // (the capture would fail); numba-cuda's own copies there fail the same way
-            return Err(implicit_capture_error(driver));
+        let ordering = memory.ordering();
+        let newest = ordering.newest;
+        if newest > memory.done_mark.load(Ordering::Acquire) {
+            if let Some((event, _)) = ordering.mark_event(newest) {
+                driver.stream_wait_event(stream, event)?;
+            }
         }
-        let copied = ordering.copied_after(work)?;
-        driver.stream_wait_event(stream, copied)?;
     }
     let mut updated = [Waited::default(); WAITERS];
     updated[0] = Waited {
         context: key,
         stream,
         id: driver.stream_id(stream)?,
-        work,
+        marks,
     };
     for (slot, entry) in updated[1..]
         .iter_mut()
@@ -352,50 +487,32 @@ fn wait_for_legacy_work(
     Ok(())
 }
 
-fn implicit_capture_error(driver: &driver::Driver) -> crate::errors::Error {
-    driver
-        .error(
-            driver::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
-            "ordering after the legacy stream's pending copies and allocations while a blocking \
-             stream is being captured (cuEventRecord)",
-        )
-        .into()
+/// Notes, after the context `memory` belongs to (or its legacy stream) was synchronized,
+/// that every mark recorded before, up to `newest`, is done.
+pub(crate) fn note_synchronized(memory: &ContextMemory, newest: u64) {
+    note_done(memory, newest);
 }
 
-/// Waits on the host, without the GIL, until the legacy work counted so far in every
-/// context has run: what `__cuda_array_interface__` of an array bound to no stream needs
-/// before it says "no stream" (numba-cuda's copies and allocations there are synchronous).
-/// Returns at once when none is pending.
-#[pyfunction]
-pub(crate) fn settle_legacy_work(py: Python<'_>) -> Result<()> {
-    let work = LEGACY_WORK.load(Ordering::Acquire);
-    if work == SETTLED_WORK.load(Ordering::Acquire) {
+/// The newest mark recorded in `memory`'s context: what a synchronization started now
+/// covers.
+pub(crate) fn newest_mark(memory: &ContextMemory) -> u64 {
+    memory.ordering().newest
+}
+
+/// What `__cuda_array_interface__` (and DLPack) of a device array needs before another
+/// library reads `[start, end)` on a stream fastlaunch cannot see: waits on the host (see
+/// the module's text) for the newest mark of that range's own work, in the context whose
+/// memory it is; at once, with no driver call, when none is pending.
+pub(crate) fn settle_range(py: Python<'_>, start: u64, end: u64) -> Result<()> {
+    if WAITING_RANGES.load(Ordering::Acquire) == 0 {
         return Ok(());
     }
     let driver = crate::devices::driver()?;
-    let current = driver.current_context()?;
     for memory in all_context_memory() {
-        let counted = memory.legacy_work.load(Ordering::Acquire);
-        if counted == memory.settled_work.load(Ordering::Acquire) || !memory.is_alive(driver) {
-            continue;
+        let mark = memory.ordering().pending_mark(start, end);
+        if mark > memory.done_mark.load(Ordering::Acquire) && memory.is_alive(driver) {
+            wait_for_mark(py, driver, &memory, mark)?;
         }
-        let other = current != Some(memory.context);
-        if other {
-            driver.push_context(memory.context)?;
-        }
-        let recorded = (|| {
-            if driver.capture_state(LEGACY_STREAM)? == Capture::Implicit {
-                return Err(implicit_capture_error(driver));
-            }
-            Ok(memory.ordering().copied_after(work)?)
-        })();
-        if other {
-            driver.pop_context()?;
-        }
-        let copied = recorded?;
-        py.detach(|| driver.event_synchronize(copied))?;
-        memory.settled_work.fetch_max(counted, Ordering::AcqRel);
     }
-    SETTLED_WORK.fetch_max(work, Ordering::AcqRel);
     Ok(())
 }

@@ -17,7 +17,7 @@ use super::context_memory::{
     all_context_memory, context_memory, known_context_memory, ContextMemory,
 };
 use super::freed_blocks::SizeClass;
-use super::ordering::{after_alloc, before_alloc, before_reuse, order_free};
+use super::ordering::{after_alloc, after_reuse, before_alloc, before_reuse, order_free};
 use super::{byte_count, current, current_if_any};
 use crate::devices::driver;
 use crate::errors::Result;
@@ -67,7 +67,7 @@ pub(super) fn alloc_in(
     }
     let class = memory.freed_blocks.class_of(nbytes);
     if let Some(pointer) = class.map_or(Ok(None), |class| {
-        reuse_freed_block(driver, context, &memory, class, stream)
+        reuse_freed_block(py, driver, context, &memory, class, stream)
     })? {
         return Ok(pointer);
     }
@@ -75,6 +75,7 @@ pub(super) fn alloc_in(
     let work = before_alloc(driver, context, stream)?;
     let pointer = match driver.alloc_from_pool_async(memory.pool, size, stream) {
         Err(error) if is_out_of_memory(&error) => {
+            make_exported_frees(py, driver, &memory)?;
             memory.freed_blocks.release_all(driver, memory.context)?;
             trim_pool(py, driver, &memory)?;
             driver.alloc_from_pool_async(memory.pool, size, stream)?
@@ -84,13 +85,14 @@ pub(super) fn alloc_in(
     if let Some(class) = class {
         memory.freed_blocks.note_handed_out(pointer, class);
     }
-    after_alloc(driver, &memory, work)?;
+    after_alloc(py, driver, &memory, work, pointer, size)?;
     Ok(pointer)
 }
 
 /// A block of `class` from the freed-block cache, ordered on `stream` (not being captured)
 /// after its earlier users; none when the cache keeps none, or when it cannot be ordered now.
 fn reuse_freed_block(
+    py: Python<'_>,
     driver: &'static driver::Driver,
     context: &LaunchContext,
     memory: &ContextMemory,
@@ -101,8 +103,8 @@ fn reuse_freed_block(
         return Ok(None);
     };
     match before_reuse(driver, context, memory, stream, block.freed) {
-        Ok(Some(work)) => {
-            after_alloc(driver, memory, work)?;
+        Ok(Some(ordered)) => {
+            after_reuse(py, driver, memory, ordered, block.pointer, class.bytes())?;
             Ok(Some(block.pointer))
         }
         unordered => {
@@ -143,11 +145,32 @@ pub(crate) fn mem_free(
     stream: usize,
     context: Option<u64>,
 ) -> Result<()> {
+    free_block(py, pointer, stream, context, false)
+}
+
+/// [`mem_free`]; an `exported` block (another library read it: `exports.rs`) is held, and
+/// goes to the pool only after a synchronization of its context ([`make_exported_frees`]),
+/// as numba-cuda's `cuMemFree` waits for the device: the streams that used it are not ours
+/// to see.
+pub(crate) fn free_block(
+    py: Python<'_>,
+    pointer: u64,
+    stream: usize,
+    context: Option<u64>,
+    exported: bool,
+) -> Result<()> {
     let (driver, current_context) = current()?;
     let free = |on: &LaunchContext| -> Result<()> {
         let memory = context_memory(driver, on)?;
         if memory.take_plain_allocation(pointer) {
             return Ok(py.detach(|| driver.free_now(pointer))?);
+        }
+        if exported {
+            memory.freed_blocks.forget(pointer);
+            if memory.hold_exported_free(pointer) >= EXPORTED_FREES_HELD {
+                make_exported_frees(py, driver, &memory)?;
+            }
+            return Ok(());
         }
         if driver.capture_state(stream)? != Capture::None {
             memory.freed_blocks.forget(pointer);
@@ -180,6 +203,46 @@ pub(crate) fn mem_free(
         }
         _ => free(&current_context),
     }
+}
+
+/// Exported frees held before a synchronization lets them go (numba-cuda's deallocation
+/// queue holds ten before its frees, each of which waits for the device).
+const EXPORTED_FREES_HELD: usize = 10;
+
+/// Gives the exported blocks held in `memory`'s context (current) to the pool, once all the
+/// context's work queued so far has run: a synchronization of the context, without the GIL
+/// and in the relaxed capture mode. While a capture refuses it, or the legacy stream, they
+/// stay held for a later call.
+fn make_exported_frees(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+) -> Result<()> {
+    let held = memory.take_exported_frees();
+    if held.is_empty() {
+        return Ok(());
+    }
+    let hold_again = |held: Vec<u64>| {
+        for pointer in held {
+            memory.hold_exported_free(pointer);
+        }
+    };
+    if driver.capture_state(LEGACY_STREAM)? != Capture::None {
+        hold_again(held);
+        return Ok(());
+    }
+    if py
+        .detach(|| driver.relaxed(|| driver.synchronize()))
+        .is_err()
+    {
+        hold_again(held);
+        return Ok(());
+    }
+    order_free(driver, memory, LEGACY_STREAM)?;
+    for pointer in held {
+        driver.free_async(pointer, LEGACY_STREAM)?;
+    }
+    Ok(())
 }
 
 /// Makes the pool frees a capture deferred, when no capture refuses them any more.

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 
-use super::pool::mem_free;
+use super::pool::free_block;
 use super::watch::Watch;
 
 /// The finalizer of an `AutoFreePointer` over pool memory (`pool_release`).
@@ -33,6 +33,8 @@ pub(crate) struct PoolRelease {
     context: u64,
     nbytes: u64,
     alive: AtomicBool,
+    /// Another library read the memory (`exports.rs`): its free waits for every stream.
+    exported: AtomicBool,
     watch: Watch,
 }
 
@@ -53,6 +55,18 @@ impl PoolRelease {
 }
 
 impl PoolRelease {
+    /// The block released: its address and size.
+    pub(crate) fn block(&self) -> (u64, u64) {
+        (self.address, self.nbytes)
+    }
+
+    /// Notes that another library read the memory.
+    pub(crate) fn note_exported(&self) {
+        if !self.exported.load(Ordering::Relaxed) {
+            self.exported.store(true, Ordering::Release);
+        }
+    }
+
     fn release(&self, py: Python<'_>) -> PyResult<()> {
         if !self.alive.swap(false, Ordering::AcqRel) {
             return Ok(());
@@ -70,13 +84,20 @@ impl PoolRelease {
             allocations.call_method1(intern!(py, "pop"), (self.address, py.None()))?;
         }
         let deallocations = self.deallocations.bind(py);
+        let exported = self.exported.load(Ordering::Acquire);
         if is_disabled(deallocations)? {
-            let item = (self.address, self.context);
+            let item = (self.address, self.context, exported);
             let free = deferred_free_function(py)?;
             deallocations.call_method1(intern!(py, "add_item"), (free, item, self.nbytes))?;
             return Ok(());
         }
-        Ok(mem_free(py, self.address, 0, Some(self.context))?)
+        Ok(free_block(
+            py,
+            self.address,
+            0,
+            Some(self.context),
+            exported,
+        )?)
     }
 }
 
@@ -103,12 +124,12 @@ fn deferred_free_function(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
         .map(|function| function.bind(py))
 }
 
-/// A free queued in numba-cuda's deallocations, `(address, context key)`: on the legacy
-/// default stream in its context (nothing when that was reset since), after the work that
-/// may still use the memory.
+/// A free queued in numba-cuda's deallocations, `(address, context key, exported)`: on the
+/// legacy default stream in its context (nothing when that was reset since), after the work
+/// that may still use the memory.
 #[pyfunction]
-fn deferred_free(py: Python<'_>, item: (u64, u64)) -> PyResult<()> {
-    Ok(mem_free(py, item.0, 0, Some(item.1))?)
+fn deferred_free(py: Python<'_>, item: (u64, u64, bool)) -> PyResult<()> {
+    Ok(free_block(py, item.0, 0, Some(item.1), item.2)?)
 }
 
 /// The finalizer of `memory`, an `AutoFreePointer` over `nbytes` of pool memory at `address`
@@ -133,6 +154,7 @@ pub(crate) fn pool_release<'py>(
             context,
             nbytes,
             alive: AtomicBool::new(true),
+            exported: AtomicBool::new(false),
             watch: Watch::default(),
         },
     )?;

@@ -106,7 +106,7 @@ pub(crate) fn copy_to_device(
     let memory = context_memory(driver, &context)?;
     // SAFETY: as above.
     unsafe { stage_to_device(py, driver, &memory, pointer, host, stream) }?;
-    after_copy(driver, &memory, work)?;
+    after_copy(py, driver, &memory, work, Some((pointer, len)))?;
     drop(buffer);
     Ok(())
 }
@@ -127,9 +127,10 @@ pub(crate) fn copy_to_host(
     let buffer = HostBuffer::take(host, true, "host")?;
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
     let (driver, context) = current()?;
-    let capturing = before_copy(driver, &context, stream)?.capturing;
+    let work = before_copy(driver, &context, stream)?;
+    let capturing = work.capturing;
     let memory = context_memory(driver, &context)?;
-    let copied = py.detach(move || {
+    let copied = py.detach(|| {
         // SAFETY: the writable export stays (and the memory in place) until `buffer` drops
         // after this; nothing else writes it meanwhile under the GIL's absence but other
         // threads, as with any NumPy array handed to C.
@@ -143,7 +144,9 @@ pub(crate) fn copy_to_host(
         unsafe { fetch_to_host(driver, &memory, host, pointer, stream) }
     });
     drop(buffer);
-    Ok(copied?)
+    copied?;
+    // an unstaged copy on a non-blocking stream may still read the memory: a free waits
+    after_copy(py, driver, &memory, work, None)
 }
 
 /// The bytes a copy moves: `nbytes`, which must fit the buffer, or the whole buffer.
@@ -164,7 +167,13 @@ fn copied_len(buffer: &HostBuffer, nbytes: Option<i64>) -> Result<usize> {
 /// Copies `nbytes` from device `src` to device `dst` in `stream`'s order.
 #[pyfunction]
 #[pyo3(signature = (dst, src, nbytes, stream = 0))]
-pub(crate) fn copy_device(dst: u64, src: u64, nbytes: i64, stream: usize) -> Result<()> {
+pub(crate) fn copy_device(
+    py: Python<'_>,
+    dst: u64,
+    src: u64,
+    nbytes: i64,
+    stream: usize,
+) -> Result<()> {
     let nbytes = byte_count(nbytes)?;
     if nbytes == 0 {
         return Ok(());
@@ -175,13 +184,19 @@ pub(crate) fn copy_device(dst: u64, src: u64, nbytes: i64, stream: usize) -> Res
     // arrays' own allocations); the driver refuses pointers it does not know.
     unsafe { driver.copy_device_async(dst, src, nbytes, stream) }?;
     let memory = context_memory(driver, &context)?;
-    Ok(after_copy(driver, &memory, work)?)
+    after_copy(py, driver, &memory, work, Some((dst, nbytes)))
 }
 
 /// Sets `nbytes` at device `pointer` to the byte `value` in `stream`'s order.
 #[pyfunction]
 #[pyo3(signature = (pointer, value, nbytes, stream = 0))]
-pub(crate) fn memset(pointer: u64, value: u8, nbytes: i64, stream: usize) -> Result<()> {
+pub(crate) fn memset(
+    py: Python<'_>,
+    pointer: u64,
+    value: u8,
+    nbytes: i64,
+    stream: usize,
+) -> Result<()> {
     let nbytes = byte_count(nbytes)?;
     if nbytes == 0 {
         return Ok(());
@@ -191,5 +206,5 @@ pub(crate) fn memset(pointer: u64, value: u8, nbytes: i64, stream: usize) -> Res
     // SAFETY: as for `copy_device`.
     unsafe { driver.memset_async(pointer, value, nbytes, stream) }?;
     let memory = context_memory(driver, &context)?;
-    Ok(after_copy(driver, &memory, work)?)
+    after_copy(py, driver, &memory, work, Some((pointer, nbytes)))
 }

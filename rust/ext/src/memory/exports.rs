@@ -1,0 +1,47 @@
+//! What another library's read of a numba-cuda device array (`__cuda_array_interface__`,
+//! DLPack) needs from the memory API, [`settle_export`]:
+//!
+//! - the array's own pending work (a staged copy into it, its allocation after a free, on
+//!   the legacy stream) done before the reader sees "no stream" (`ordering::settle_range`);
+//! - its pool block marked *exported*: fastlaunch cannot see the streams the reader uses, so
+//!   the block's free is then made as numba-cuda's `cuMemFree` makes it, after all the work
+//!   of the context queued ahead of it, whatever its stream (`pool::make_exported_frees`).
+//!   Blocks never exported keep the pool's stream order.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+
+use super::ordering::settle_range;
+use super::releases::PoolRelease;
+use crate::errors::Result;
+
+/// Before `array`'s interface is handed to another library: see the module's text.
+/// `pointer`: the address the interface gives, for an array whose memory is not a pool
+/// block of fastlaunch's (read with its `alloc_size`).
+#[pyfunction]
+pub(crate) fn settle_export(py: Python<'_>, array: &Bound<'_, PyAny>, pointer: u64) -> Result<()> {
+    let (start, end) = match pool_release_of(array) {
+        Some(release) => {
+            let release = release.get();
+            release.note_exported();
+            let (address, nbytes) = release.block();
+            (address, address.saturating_add(nbytes.max(1)))
+        }
+        None => {
+            let nbytes: u64 = array.getattr(intern!(py, "alloc_size"))?.extract()?;
+            (pointer, pointer.saturating_add(nbytes.max(1)))
+        }
+    };
+    settle_range(py, start, end)
+}
+
+/// The release of the pool block behind `array`: its `gpu_data` is an `OwnedPointer` whose
+/// `_mem` is (a weak proxy of) the block's `AutoFreePointer`, or that pointer itself; its
+/// `_finalizer` is the release. `None` for memory that is not a pool block.
+fn pool_release_of<'py>(array: &Bound<'py, PyAny>) -> Option<Bound<'py, PoolRelease>> {
+    let py = array.py();
+    let data = array.getattr(intern!(py, "gpu_data")).ok()?;
+    let memory = data.getattr(intern!(py, "_mem")).unwrap_or(data);
+    let finalizer = memory.getattr(intern!(py, "_finalizer")).ok()?;
+    finalizer.cast_into::<PoolRelease>().ok()
+}
