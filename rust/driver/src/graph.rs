@@ -89,14 +89,33 @@ impl Driver {
     /// The node the last work submitted to capturing `stream` added: the capture's single
     /// current dependency. `None` when the stream is not capturing.
     pub fn last_captured_node(&self, stream: usize) -> Result<Option<GraphNode>> {
+        let info = self.capture_info(stream)?;
+        if info.status != sys::CU_STREAM_CAPTURE_STATUS_ACTIVE
+            || info.count != 1
+            || info.dependencies.is_null()
+        {
+            return Ok(None);
+        }
+        // SAFETY: the driver returned `count` (1) node handles at `dependencies`, read before
+        // any other call on this stream.
+        Ok(Some(GraphNode(unsafe { *info.dependencies })))
+    }
+
+    /// The id of the capture open on `stream` (unique in the process), `None` when it is not
+    /// being captured. Asking never invalidates a capture.
+    pub fn capture_id(&self, stream: usize) -> Result<Option<u64>> {
+        let info = self.capture_info(stream)?;
+        Ok((info.status == sys::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(info.id))
+    }
+
+    fn capture_info(&self, stream: usize) -> Result<CaptureInfo> {
         let mut status: c_int = 0;
         let mut id: u64 = 0;
         let mut graph: CUgraph = ptr::null_mut();
         let mut dependencies: *const CUgraphNode = ptr::null();
         let mut count: usize = 0;
         let stream = stream as sys::CUstream;
-        // SAFETY: valid out-pointers; the dependency array belongs to the driver and is read
-        // below, before any other call on this stream.
+        // SAFETY: valid out-pointers; the dependency array belongs to the driver.
         let code = unsafe {
             if let Some(info) = self.api.stream_get_capture_info_v3 {
                 let mut edges: *const c_void = ptr::null();
@@ -125,11 +144,12 @@ impl Driver {
             }
         };
         self.check(code, "reading a stream's capture state")?;
-        if status != sys::CU_STREAM_CAPTURE_STATUS_ACTIVE || count != 1 || dependencies.is_null() {
-            return Ok(None);
-        }
-        // SAFETY: the driver returned `count` (1) node handles at `dependencies`.
-        Ok(Some(GraphNode(unsafe { *dependencies })))
+        Ok(CaptureInfo {
+            status,
+            id,
+            dependencies,
+            count,
+        })
     }
 
     /// A kernel node's parameters (from a graph, captured or not).
@@ -205,4 +225,12 @@ impl Drop for Graph {
             let _ = (self.driver.api.graph_destroy)(self.graph);
         }
     }
+}
+
+/// What `cuStreamGetCaptureInfo` says of a stream.
+struct CaptureInfo {
+    status: c_int,
+    id: u64,
+    dependencies: *const CUgraphNode,
+    count: usize,
 }

@@ -116,23 +116,28 @@ pub struct Claim<'r> {
 
 impl Claim<'_> {
     /// Whether the slot's previous copy is done (a query: never waits). An event the driver
-    /// refuses to answer for is not asked again: the error is returned once.
+    /// refuses to answer for is not asked again: the error is returned once. Asked in the
+    /// relaxed capture mode (`Driver::relaxed`): the slot's event is recorded outside any
+    /// capture, and asking must not break another thread's.
     pub fn is_free(&mut self) -> Result<bool> {
         if !self.recorded {
             return Ok(true);
         }
-        let done = self.ring.driver.event_query(self.event);
+        let driver = self.ring.driver;
+        let done = driver.relaxed(|| driver.event_query(self.event));
         if !matches!(done, Ok(false)) {
             self.recorded = false;
         }
         done
     }
 
-    /// Waits until the slot's previous copy is done: call without the GIL.
+    /// Waits until the slot's previous copy is done (in the relaxed capture mode, as
+    /// [`Claim::is_free`] asks): call without the GIL.
     pub fn wait_free(&mut self) -> Result<()> {
         if self.recorded {
             self.recorded = false;
-            self.ring.driver.event_synchronize(self.event)?;
+            let driver = self.ring.driver;
+            driver.relaxed(|| driver.event_synchronize(self.event))?;
         }
         Ok(())
     }
