@@ -123,11 +123,15 @@ LOOPS = [np.float32, np.float64, np.int64]
 
 
 @pytest.fixture
-def ufunc(monkeypatch):
+def ufunc(ufunc_of):
     """A CUDA ufunc of three loops over ``core``, with fastlaunch's call in place."""
-    loops = OrderedDict(
-        ((np.dtype(t), np.dtype(t)), (np.dtype(t), numba_stager(core))) for t in LOOPS
-    )
+    return ufunc_of([((t, t), t) for t in LOOPS], core)
+
+
+@pytest.fixture
+def ufunc_of(monkeypatch):
+    """Makes CUDA ufuncs of given loops (``[((argument types), result type), ...]``) over a
+    two-argument core, with fastlaunch's call in place."""
     made_stagers: list[FakeKernel] = []
 
     def stager(ufunc, core, pattern):
@@ -142,7 +146,7 @@ def ufunc(monkeypatch):
         numba.cuda,
         "device_array",
         lambda shape, dtype, stream=0, order="C": FakeDeviceArray(
-            np.full(shape, -7, dtype, order=order)
+            np.full(shape, np.array(-7).astype(dtype), dtype, order=order)
         ),
     )
     monkeypatch.setattr(
@@ -151,9 +155,17 @@ def ufunc(monkeypatch):
     # numba-cuda's resolution wraps array-interface objects (with a context): taken as they are
     monkeypatch.setattr(numba.cuda, "as_cuda_array", lambda obj: obj)
     ufuncs_install.install()
-    made = CUDAUFuncDispatcher(loops, core)
-    made.made_stagers = made_stagers
-    yield made
+
+    def make(signatures, core):
+        loops = OrderedDict(
+            (tuple(map(np.dtype, argtypes)), (np.dtype(restype), numba_stager(core)))
+            for argtypes, restype in signatures
+        )
+        made = CUDAUFuncDispatcher(loops, core)
+        made.made_stagers = made_stagers
+        return made
+
+    yield make
     ufuncs_install.uninstall()
 
 
@@ -214,6 +226,183 @@ def test_scalars_are_cast_to_the_loop_numba_cuda_chooses(ufunc):
     assert plan.casts[1] is np.float32
     result = ufunc(3, device(np.arange(5)))  # an int against int64 arrays
     np.testing.assert_array_equal(result.host, 6 + np.arange(5))
+
+
+# -- scalars, side by side with numba-cuda's own call (its code, over the same stand-ins) -----
+
+
+def plus(a, b):
+    return a + b  # over an array of zeros: the scalar as the loop got it, and no warning of its own
+
+
+def numba_cudas_call(ufunc, args, kws=None):
+    """numba-cuda's own ``CUDAUFuncDispatcher.__call__``, whatever is installed."""
+    from numba.cuda.vectorizers import CUDAUFuncMechanism
+
+    return CUDAUFuncMechanism.call(ufunc.functions, args, dict(kws or {}))
+
+
+def scalar_outcome(call):
+    """What a call gave (its dtype and bytes) or raised (class and message), and the warnings
+    it gave (class and message, each one: ``always``)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = call()
+            host = result.host if isinstance(result, FakeDeviceArray) else np.asarray(result)
+            got = ("value", host.dtype, host.tobytes())
+        except Exception as error:
+            got = ("raised", type(error), str(error))
+    return (*got, [(w.category, str(w.message)) for w in caught])
+
+
+def _int_edges() -> list:
+    edges = []
+    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
+        info = np.iinfo(t)
+        edges += [info.min - 1, info.min, info.max, info.max + 1]
+    return sorted(set(edges)) + [2**64, 2**65, -(2**63) - 1, -(2**64)]
+
+
+#: scalars at and past every dtype's edge: Python ints, floats, complex and bools, and NumPy
+#: scalars of each width
+EDGE_SCALARS = [
+    *_int_edges(),
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    -0.0,
+    2.5,
+    1e10,
+    1e300,
+    2.0**63,
+    2.0**64,
+    1 + 2j,
+    complex(float("nan"), 1),
+    True,
+    False,
+    np.int8(-1),
+    np.int16(300),
+    np.int32(-(2**31)),
+    np.int64(2**40),
+    np.int64(-(2**63)),
+    np.uint8(255),
+    np.uint16(65535),
+    np.uint32(2**32 - 1),
+    np.uint64(2**63),
+    np.uint64(2**64 - 1),
+    np.float16(65504),
+    np.float32(3e38),
+    np.float32("nan"),
+    np.float64("nan"),
+    np.float64(1e10),
+    np.float64(-0.0),
+    np.float64(1e300),
+    np.complex64(1 + 2j),
+    np.complex128(complex(3, float("nan"))),
+    np.longlong(7),
+]
+
+EDGE_LOOPS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+EDGE_LOOPS += ["float16", "float32", "float64", "complex64", "complex128", "bool"]
+
+
+@pytest.mark.parametrize("loop", EDGE_LOOPS)
+def test_scalars_reach_the_loop_as_numba_cudas_array_of_them_gives_them(ufunc_of, loop):
+    """numba-cuda casts a scalar with ``np.array([x], dtype=loop)``: the same value, or the
+    same exception (``OverflowError`` past an integer's range, ``ValueError`` for a NaN into
+    an integer, ``TypeError`` for a complex into a real), and the same warnings, once each
+    (a ``ComplexWarning`` for a NumPy complex into a real loop, ``RuntimeWarning`` overflows).
+    A plan made for one value of a scalar's key casts every later value the same way."""
+    ufunc = ufunc_of([((t, t), t) for t in EDGE_LOOPS], plus)
+    zeros = np.zeros(3, loop)
+    differences = []
+    for scalar in EDGE_SCALARS:
+        for args in ((device(zeros), scalar), (scalar, zeros)):
+            expected = scalar_outcome(lambda args=args: numba_cudas_call(ufunc, args))
+            got = scalar_outcome(lambda args=args: ufunc(*args))
+            if got != expected:
+                differences.append((scalar, expected, got))
+    assert differences == []
+
+
+def test_every_scalar_cast_a_plan_makes_is_the_arrays_cast():
+    """A plan casts a Python scalar by the loop's type (``np.float32(x)``), four times faster
+    than the array numba-cuda makes, and every other scalar through that array: over every
+    edge and every NumPy number type, the same value, exception and warnings."""
+    from fastlaunch.ufuncs.vectorize import scalar_cast
+
+    def cast_outcome(cast, value):
+        return scalar_outcome(lambda: np.asarray(cast(value)))
+
+    dtypes = [np.dtype(code) for code in "?bBhHiIlLqQefdFD"]
+    differences = [
+        (value, dtype)
+        for value in EDGE_SCALARS + [2**1024, 1e-300, 5e-324, 3.5e38, complex(1e300, 1e300)]
+        for dtype in dtypes
+        if cast_outcome(scalar_cast(type(value), dtype), value)
+        != cast_outcome(lambda v, dtype=dtype: np.array([v], dtype=dtype)[0], value)
+    ]
+    assert differences == []
+
+
+def test_a_python_int_is_keyed_by_the_numpy_type_numba_cuda_gives_it(ufunc_of):
+    """numba-cuda resolves a Python int by ``np.asarray(x).dtype``: int64, uint64 from 2**63,
+    object past uint64 (and below int64). Given an int64 and a uint64 loop, 2**63 takes the
+    uint64 one and 2**64 neither (numba-cuda's TypeError): a plan for one is not the other's."""
+    ufunc = ufunc_of([(("float64", "int64"), "float64"), (("float64", "uint64"), "float64")], plus)
+    zeros = device(np.zeros(4))
+    for scalar in (5, 2**63, 2**64, -(2**63), -(2**63) - 1, 2**63 - 1, 2**64 - 1, -(2**70)):
+        expected = scalar_outcome(lambda scalar=scalar: numba_cudas_call(ufunc, (zeros, scalar)))
+        got = scalar_outcome(lambda scalar=scalar: ufunc(zeros, scalar))
+        assert got == expected, scalar
+    with pytest.raises(TypeError, match="ambiguous"):
+        ufunc(zeros, 2**64)
+    assert ufunc(zeros, 2**63).host[0] == 2.0**63
+    for value in (0, -(2**63), 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63) - 1, 2**200):
+        assert arguments.int_dtype(value) == np.asarray(value).dtype, value
+    keys = {arguments.key_of(v) for v in (1, -(2**63), 2**63 - 1)}
+    assert len(keys) == 1
+    assert len({arguments.key_of(v) for v in (1, 2**63, 2**64, -(2**63) - 1)}) == 3
+
+
+def test_scalar_keys_are_what_numba_cuda_resolves_by():
+    """Every other scalar's NumPy type follows from its class, but a timedelta's unit is its
+    value's: numba-cuda's own call takes those."""
+    import enum
+
+    class Level(enum.IntEnum):  # an int subclass: NumPy types it by its value too
+        LOW = 1
+        HIGH = 2**63
+
+    assert arguments.key_of(Level.HIGH) != arguments.key_of(Level.LOW)
+    assert np.asarray(Level.HIGH).dtype == np.uint64
+    assert arguments.kind_of(np.timedelta64) == arguments.OTHER
+    assert arguments.kind_of(np.datetime64) == arguments.OTHER
+    assert arguments.key_of(True) != arguments.key_of(1)
+    assert arguments.key_of(np.float64(1.0)) != arguments.key_of(1.0)  # cast differently
+
+
+def test_a_cast_that_warns_warns_once_as_numba_cudas_does(ufunc_of):
+    import warnings
+
+    ufunc = ufunc_of([(("float32", "float32"), "float32")], plus)
+    for scalar in (np.complex128(1 + 2j), np.float64(1e300)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ufunc(device(np.zeros(3, np.float32)), scalar)
+        assert len(caught) == 1, [str(w.message) for w in caught]
+
+
+def test_scalars_only_resolve_and_cast_as_numba_cuda_does(ufunc_of):
+    ufunc = ufunc_of([((t, t), t) for t in ("int32", "int64", "uint64", "float64")], plus)
+    pairs = [(1, 2), (2**63, 1), (2**63, np.uint64(1)), (np.int32(1), np.int32(2**31 - 1))]
+    pairs += [(2**64, 2.0), (np.float64(1), 1.5), (np.int32(5), 2**40), (True, np.int32(1))]
+    for args in pairs:
+        expected = scalar_outcome(lambda args=args: numba_cudas_call(ufunc, args))
+        assert scalar_outcome(lambda args=args: ufunc(*args)) == expected, args
 
 
 def test_host_arrays_are_copied_and_the_result_comes_back_to_the_host(ufunc):

@@ -21,6 +21,7 @@ returns a new array object over the same memory (``out.reshape(out.shape)``)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -36,9 +37,16 @@ from fastlaunch.ufuncs.plans import UNPLANNED
 NUMBA = None
 
 # what a plan does with each argument
-_PASS = 0  # a device array: passed as it is
+_PASS = 0  # a device array, or a scalar of the loop's own NumPy type: passed as it is
 _CAST = 1  # a scalar: cast to the loop's dtype, as numba-cuda's np.array([x], dtype) casts
 _COPY = 2  # a host array: copied to the device
+
+#: the scalars whose cast by the loop's type (``np.float32(x)``) gives what numba-cuda's
+#: ``np.array([x], dtype)`` gives: the same value, exception and warnings, for every NumPy
+#: number type (``tests/test_cpu_ufuncs.py`` compares the two over every edge); a NumPy
+#: scalar of another type does not (``np.int32(np.int64(2**40))`` wraps to 0 where the array
+#: raises ``OverflowError``), nor do subclasses
+_BUILTIN_SCALARS = (int, float, complex, bool)
 
 
 class Plan:
@@ -74,7 +82,7 @@ class Plan:
         self.blockdim = blockdim
         self.output = Output(shape, dtype)
         self.to_host = to_host
-        # every argument a device array, launched as it is
+        # every argument a device array or a scalar of its loop's type, launched as it is
         self.passes = all(action == _PASS for action in actions)
         # the launcher of the last stream object, by identity (held, so never another's)
         self.launchers: tuple[Any, Any] = (None, None)
@@ -159,17 +167,21 @@ def _plan(ufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
     if out is not None and out.ndim > 1 and not out.is_c_contiguous():
         # numba-cuda ravels such an `out` through a copy and writes the copy, not `out`
         return NUMBA
-    actions = tuple(_action(kind) for kind in kinds)
+    loop_dtypes = tuple(np.dtype(dtype) for dtype in loop_dtypes)
+    actions = tuple(
+        _action(kind, type(value), dtype)
+        for kind, value, dtype in zip(kinds, args, loop_dtypes, strict=True)
+    )
     casts = tuple(
-        np.dtype(dtype).type if kind == arguments.SCALAR else None
-        for kind, dtype in zip(kinds, loop_dtypes, strict=True)
+        scalar_cast(type(value), dtype) if action == _CAST else None
+        for action, value, dtype in zip(actions, args, loop_dtypes, strict=True)
     )
     kernel = kernels.as_fastlaunch(kernel)
     if len(shape) != 1 or any(s != shape for s in shapes):
         # numba-cuda's own kernel indexes 1-d arrays only: a stager over the same core
         core = kernel.py_func.__globals__["__core__"]
         kernel = _stager(ufunc, core, stagers.pattern_of(shapes, shape))
-    example = _example_arguments(args, actions, casts, shape, result_dtype, out)
+    example = _example_arguments(args, actions, loop_dtypes, shape, result_dtype, out)
     blockdim = kernels.block_size(kernel, example)
     elements = int(np.prod(shape))
     griddim = (elements + blockdim - 1) // blockdim
@@ -179,22 +191,38 @@ def _plan(ufunc: Any, args: tuple, out: Any, stream: Any) -> Plan | None:
     return Plan(actions, casts, kernel, griddim, blockdim, shape, np.dtype(result_dtype), to_host)
 
 
-def _action(kind: int) -> int:
+def _action(kind: int, cls: type, dtype: np.dtype) -> int:
     if kind == arguments.SCALAR:
-        return _CAST
+        # np.array([x], dtype)[0] of a scalar of the dtype's own type is x's value
+        return _PASS if cls is dtype.type else _CAST
     return _COPY if kind == arguments.HOST_ARRAY else _PASS
 
 
+def scalar_cast(cls: type, dtype: np.dtype) -> Any:
+    """What casts a scalar of class ``cls`` to a loop of ``dtype`` as numba-cuda casts it
+    (``np.array([x], dtype=dtype)``, whose element the loop reads): the same value, or the
+    same exception, and the same warnings, once."""
+    if cls in _BUILTIN_SCALARS and dtype.kind in "biufc":
+        return dtype.type  # the same as the array's cast (and a quarter of its time)
+    return functools.partial(_cast_as_an_array, dtype)
+
+
+def _cast_as_an_array(dtype: np.dtype, value: Any) -> Any:
+    return np.array([value], dtype=dtype)[0]
+
+
 def _example_arguments(
-    args: tuple, actions: tuple, casts: tuple, shape: tuple, dtype: Any, out: Any
+    args: tuple, actions: tuple, loop_dtypes: tuple, shape: tuple, dtype: Any, out: Any
 ) -> tuple:
     """Arguments of the types a plan launches with: host arrays as the device arrays they
-    are copied to (writable, as every copy is), scalars cast."""
+    are copied to (writable, as every copy is), scalars as a zero of the loop's type (the
+    call's own value is cast once, by the call: a cast that warns warns once, as numba-cuda's,
+    and one that raises raises there)."""
     cuda = sys.modules["numba.cuda"]
     example = []
-    for action, cast, value in zip(actions, casts, args, strict=True):
+    for action, loop_dtype, value in zip(actions, loop_dtypes, args, strict=True):
         if action == _CAST:
-            example.append(cast(value))
+            example.append(np.zeros(1, loop_dtype)[0])
         elif action == _COPY:
             example.append(kernels.copy_twin(value))
         else:
