@@ -294,3 +294,61 @@ def test_a_host_array_is_copied_once_with_numba_cudas_warning_per_launch(
     assert runs[0][1].shape == (size,) and runs[0][1] is not host
     # numba-cuda passes the host array to each kernel that reads it: a warning each
     assert reduction.warned == ["float32"] * launches
+
+
+class CoreStream:
+    """What numba-cuda's launch makes of a stream (a cuda.core ``Stream``): its handle."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+
+def test_a_host_array_on_a_stream_raises_what_numba_cudas_launch_raises(
+    planned_reduction, monkeypatch
+):
+    """numba-cuda 0.30's launch reads a host argument through DLPack with the launch's stream,
+    which NumPy refuses: its own ``cuda.reduce`` of a host array on a stream raises that, after
+    casting ``init`` (whose warning comes first) and compiling. Under ``install()`` its call
+    launches fastlaunch's kernels, which would take the array: the refusal is made first. The
+    default stream (handle 0), an empty slice and other dimensions are numba-cuda's call."""
+    import re
+    import warnings
+
+    from numba.cuda.cudadrv import devicearray
+
+    from fastlaunch import _numba_compat
+
+    if not hasattr(devicearray, "_make_strided_memory_view"):
+        pytest.skip("this numba-cuda copies a host array on any stream (before 0.30)")
+    call, reduction, runs, numba_calls = planned_reduction
+    stream, default_stream = object(), object()
+    handles = {id(stream): 0x1234, id(default_stream): 0}
+    monkeypatch.setattr(_numba_compat, "core_stream", lambda s: CoreStream(handles[id(s)]))
+    try:
+        np.arange(3.0).__dlpack__(stream=0x1234)
+    except Exception as error:  # RuntimeError in NumPy 2.4
+        refusal = error
+    host = np.arange(1000, dtype=np.int32)
+    with pytest.raises(type(refusal), match=re.escape(str(refusal))):
+        call(host, stream=stream)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(type(refusal)):
+            call(host, stream=stream, init=np.float64("nan"))
+    assert [w.category for w in caught] == [RuntimeWarning]  # numba-cuda's cast of init, once
+    with pytest.raises(OverflowError):  # numba-cuda's cast raises before its launch
+        call(host, stream=stream, init=2**40)
+    assert numba_calls == [] and runs == []
+    call(host, stream=default_stream)
+    call(host, stream=stream, size=0)
+    call(host.reshape(10, 100), stream=stream)
+    assert len(numba_calls) == 3 and runs == []
+
+
+def test_init_is_cast_before_the_kernel_is_compiled(planned_reduction):
+    call, reduction, runs, numba_calls = planned_reduction
+    compiled = []
+    reduction._compile = lambda dtype: compiled.append(dtype)
+    with pytest.raises(OverflowError):
+        call(numba_array((100,), np.int32), init=2**40)  # numba-cuda's order
+    assert compiled == []

@@ -136,6 +136,8 @@ def call(reduction: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
         takes = array.ndim == 1
     else:
         takes = _plain_host(array, kind, stream)
+        if not takes and kind == arguments.HOST_ARRAY:
+            _refuse_a_host_array_on_a_stream(reduction, array, kws, stream)
     if not takes:
         return numba_call(reduction, *args, **kws)
     dtype = array.dtype
@@ -151,9 +153,9 @@ def call(reduction: Any, args: tuple, kws: dict, numba_call: Any) -> Any:
     size = array.shape[0]
     if size < 1:
         return numba_call(reduction, *args, **kws)
+    init = dtype.type(kws.get("init", 0))  # numba-cuda's cast, before its compile
     key = (plans.device(), dtype, size)
     plan = plans.find(reduction, key, _plan, reduction, dtype, size)
-    init = dtype.type(kws.get("init", 0))  # numba-cuda's cast
     if kind == arguments.HOST_ARRAY:
         array = _to_device_as_numba_would(plan, array)
     return plan.run(array, res, init, stream)
@@ -168,6 +170,42 @@ def _plain_host(array: Any, kind: int, stream: Any) -> bool:
         and array.flags.c_contiguous
         and (stream == 0 or stream is None)
     )
+
+
+def _refuse_a_host_array_on_a_stream(reduction: Any, array: Any, kws: dict, stream: Any) -> None:
+    """Raises what numba-cuda's own call raises for a host array on a stream other than the
+    default one, where it raises: numba-cuda 0.30's launch reads a host argument through
+    ``_make_strided_memory_view`` with the launch's stream, which NumPy's ``__dlpack__``
+    refuses ("NumPy only supports stream=None."). numba-cuda's call under ``install()``
+    launches fastlaunch's kernels, which copy such an array on any stream, so the refusal is
+    made here, by numba-cuda's own function, after what numba-cuda does first (the cast of
+    ``init``, the kernel's compile). Nothing is raised where numba-cuda launches nothing (an
+    empty slice: it returns ``init``), for numba-cuda versions without that function (they
+    copy the array), or for streams numba-cuda's launch does not take (fastlaunch's kernels
+    take them: differences.md)."""
+    if stream == 0 or stream is None or array.ndim != 1:
+        return  # numba-cuda's own call: a result, or its TypeError for other dimensions
+    devicearray = sys.modules.get("numba.cuda.cudadrv.devicearray")
+    host_view = getattr(devicearray, "_make_strided_memory_view", None)
+    if host_view is None:
+        return
+    try:
+        handle = numba_cuda.core_stream(stream).handle
+    except Exception:
+        return
+    if kws.get("size") is not None:
+        array = array[: kws["size"]]
+    if array.size < 1:
+        return
+    try:
+        host_view(np.asanyarray(array), stream_ptr=handle)  # what numba-cuda's launch reads
+    except Exception as error:
+        refusal = error
+    else:
+        return
+    array.dtype.type(kws.get("init", 0))  # numba-cuda's cast: raises and warns first
+    reduction._compile(array.dtype)
+    raise refusal
 
 
 def _to_device_as_numba_would(plan: Plan, array: Any) -> Any:
