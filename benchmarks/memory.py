@@ -45,7 +45,20 @@ What is timed (µs per call, host time; the context synchronized, untimed, befor
   per call (installed: fastlaunch's pooled numba streams) minus the same launch on one reused
   ``cuda.stream()``, both over reused numba arrays (library ``numba-cuda``, installed).
 
-Differences (``launch_new``, ``stream_new``): the two halves are two variants, each timed in
+- ``cai_read_fresh_cupy``, ``cai_read_fresh_torch``: another library reading a just-made array
+  through ``__cuda_array_interface__``: a new ``cuda.to_device`` of 32 KiB of float32 (8192
+  values) and then ``cupy.asarray(d)`` or ``torch.as_tensor(d, device="cuda")`` of it, the pair
+  timed together (library ``numba-cuda``: plain; ``fastlaunch``: installed, where the read first
+  waits on the host for the legacy work pending since the last read: the staged copy).
+- ``cai_read_just_made_cupy``, ``cai_read_just_made_torch``: the read alone, of the just-made
+  array: the pair minus ``cuda.to_device`` alone (a difference, below).
+- ``cai_read_old_cupy``, ``cai_read_old_torch``: the same read, repeated, of one array made and
+  synchronized when the rows were built (each batch's untimed warm-up read comes after the
+  other variants' work, so the timed reads find nothing pending).
+  The six rows are left out (said so) where CuPy or torch is missing.
+
+Differences (``launch_new``, ``stream_new``, ``cai_read_just_made_*``): the two halves are two
+variants, each timed in
 every round like any other (their own batches, in the shuffled order). The row's median is
 the median of the whole minus the median of the half subtracted (each median robust to slow
 rounds on its own); its p10 and p90 are those of the per-round differences (whole minus half
@@ -96,6 +109,12 @@ OPS = (
     "launch_new",
     "launch_reused",
     "stream_new",
+    "cai_read_fresh_cupy",
+    "cai_read_just_made_cupy",
+    "cai_read_old_cupy",
+    "cai_read_fresh_torch",
+    "cai_read_just_made_torch",
+    "cai_read_old_torch",
 )
 LIBRARIES = (
     "numba-cuda",
@@ -422,6 +441,63 @@ def numba_api_variants(library: str, cuda: Any, kernel: Any, np: Any, sizes) -> 
     return out
 
 
+def interface_reader(consumer: str) -> Callable[[Any], Any]:
+    """How ``consumer`` (cupy or torch) takes a numba array through
+    ``__cuda_array_interface__``; raises ImportError where it is missing."""
+    if consumer == "cupy":
+        import cupy
+
+        return cupy.asarray
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ImportError("torch without CUDA")
+
+    def as_tensor(d: Any) -> Any:
+        return torch.as_tensor(d, device="cuda")
+
+    return as_tensor
+
+
+def cai_variants(library: str, cuda: Any, np: Any, consumer: str) -> list[Variant]:
+    """``cai_read_fresh_*``, ``cai_read_just_made_*`` and ``cai_read_old_*`` through
+    ``consumer``: `cuda` is numba.cuda, with fastlaunch installed (library "fastlaunch") or not
+    ("numba-cuda"). None where the consumer is missing here (said so)."""
+    try:
+        read = interface_reader(consumer)
+    except ImportError as error:
+        print(f"memory.py: {library}: cai_read_*_{consumer} not measured ({error})")
+        return []
+    is_installed = library == "fastlaunch"
+    host = np.arange(SMALL // 4, dtype=np.float32)
+    old = cuda.to_device(host)
+    read(old)  # the consumer's first use (torch's CUDA start-up) here, not in a round
+    cuda.synchronize()
+
+    def fresh(h: Any = host) -> None:
+        read(cuda.to_device(h))
+
+    def to_device_alone(h: Any = host) -> None:
+        cuda.to_device(h)
+
+    def read_old(d: Any = old) -> None:
+        read(d)
+
+    return [
+        Variant(f"cai_read_fresh_{consumer}", SMALL, library, fresh, 200, is_installed),
+        *difference(
+            f"cai_read_just_made_{consumer}",
+            SMALL,
+            library,
+            fresh,
+            to_device_alone,
+            200,
+            is_installed,
+        ),
+        Variant(f"cai_read_old_{consumer}", SMALL, library, read_old, 500, is_installed),
+    ]
+
+
 def cupy_variants(fast_kernel: Any, np: Any, sizes) -> list[Variant]:
     import cupy
 
@@ -622,11 +698,15 @@ def build(libraries: set[str], ops: set[str]) -> list[Variant]:
         "numba-cuda": [
             lambda: numba_api_variants("numba-cuda", cuda, numba_kernel, np, sizes),
             lambda: installed(lambda: numba_launch_variants(cuda, elementwise, np)),
+            lambda: cai_variants("numba-cuda", cuda, np, "cupy"),
+            lambda: cai_variants("numba-cuda", cuda, np, "torch"),
         ],
         "fastlaunch": [
             lambda: installed(
                 lambda: numba_api_variants("fastlaunch", cuda, fast_kernel, np, sizes)
-            )
+            ),
+            lambda: installed(lambda: cai_variants("fastlaunch", cuda, np, "cupy")),
+            lambda: installed(lambda: cai_variants("fastlaunch", cuda, np, "torch")),
         ],
         "cupy": [
             lambda: cupy_variants(fast_kernel, np, sizes),
@@ -865,7 +945,11 @@ def markdown(table: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "`stream_new` are differences (the launch with new arrays, or on a new stream, minus "
         "the arrays alone, or the launch on one stream): the difference of the medians, and "
         "p10–p90 of the rounds' differences. Their columns, and `launch_reused`'s, name the "
-        "arrays' source, launched by fastlaunch installed (`cupy-rawkernel`: by CuPy).",
+        "arrays' source, launched by fastlaunch installed (`cupy-rawkernel`: by CuPy). "
+        "`cai_read_*` read a numba array through `__cuda_array_interface__` (`cupy.asarray`, "
+        "`torch.as_tensor`): `fresh` a new `to_device` and the read, timed together; "
+        "`just_made` that minus the `to_device` alone (a difference); `old` an array made "
+        "long before.",
         "",
     ]
     ops_sizes = sorted(
