@@ -121,9 +121,10 @@ gpu-prepare: venv
 	  | $(VPY) scripts/gpu-bins.py benches .gpu/bin --exclude fastlaunch-ext
 	# the counting driver of benchmarks/driver_calls.py (gpu-run.sh drivercalls)
 	cc -O2 -shared -fPIC -o .gpu/timed-cuda.so benchmarks/timed_driver/timed_cuda.c -ldl
-	# the outside review's repros (gpu-run.sh review), where the work folder has them
-	rm -rf .gpu/memory-review
+	# the outside reviews' repros (gpu-run.sh review), where the work folder has them
+	rm -rf .gpu/memory-review .gpu/memory-review-2
 	if [ -d ../shared/memory-review ]; then cp -r ../shared/memory-review .gpu/; fi
+	if [ -d ../shared/memory-review-2 ]; then cp -r ../shared/memory-review-2 .gpu/; fi
 	ls -la .whl .gpu/bin
 
 gpu-prepare-versions: venv

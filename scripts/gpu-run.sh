@@ -44,7 +44,8 @@
 #              Black-Scholes-shaped call, a kernel on host arrays) against fastlaunch installed,
 #              CuPy, torch and the driver, interleaved; e.g. MEMORY_ARGS="--rounds 10"; not part
 #              of `all`
-#              now with the fresh-object launch rows: launch_new, launch_reused, stream_new
+#              now with the fresh-object launch rows: launch_new, launch_reused, stream_new,
+#              and CuPy's and torch's reads through __cuda_array_interface__ (cai_read_*)
 #   ufuncs     python3 benchmarks/ufuncs.py --out $OUT $UFUNCS_ARGS: CUDA ufuncs, a gufunc,
 #              cuda.reduce and a kernel over cuda.random states under numba-cuda and fastlaunch
 #              installed, against CuPy's same work and the spelled-out twins, interleaved; e.g.
@@ -53,9 +54,22 @@
 #              cases (new arrays, new streams, slices, to_device) with fastlaunch on a driver
 #              that counts and times each call (.gpu/timed-cuda.so, made by make gpu-prepare:
 #              carry .gpu); not part of `all`
-#   review     the outside review's repros of the memory API (.gpu/memory-review/run_gpu.sh, which
-#              make gpu-prepare copies from ../shared/memory-review): each prints
-#              REPRO <name> PASS|FAIL; the part fails if any says FAIL; not part of `all`
+#   review     the outside reviews' repros of the memory API, each review's run_gpu.sh run from
+#              the project's root (make gpu-prepare copies both from ../shared: carry .gpu and
+#              .whl): .gpu/memory-review/run_gpu.sh (the first review), then
+#              .gpu/memory-review-2/run_gpu.sh (the second: it installs .whl/fastlaunch*.whl
+#              into /tmp/site-mr2 itself; 3-4 minutes); REVIEWS="1 2" (the default) picks
+#              which. Each repro prints REPRO <name> PASS|FAIL, teed to $OUT/review.txt and
+#              $OUT/review-2.txt; the repros' own logs are gathered in $OUT/review-logs.txt and
+#              $OUT/review-2-logs.txt. The part fails if any line says FAIL, or a run_gpu.sh
+#              exits non-zero or reports no REPRO line; not part of `all`
+#   stress     python3 -m pytest -m gpu tests/test_gpu_memory_stress.py $PYTEST_ARGS, alone: the
+#              threaded differential stress of the memory API (seeded random sequences per
+#              thread, every byte checked against a NumPy model; under install(), then plain
+#              numba-cuda on the same seeds; under a minute). FASTLAUNCH_STRESS_THREADS (6),
+#              _STEPS (300), _SEED (0), _ONLY (one thread's sequence alone, e.g. 3),
+#              _LIBRARIES (cupy,torch; none), _BUDGET_S (150 a run): see the test file;
+#              e.g. PYTEST_ARGS="-k installed"; not part of `all`
 #   all        rust tests stages conformance bench
 # The wheel install, versions and devices always come first.
 #
@@ -73,10 +87,14 @@
 #      MEMORY_ARGS     extra arguments for benchmarks/memory.py, shell-quoted
 #      UFUNCS_ARGS     extra arguments for benchmarks/ufuncs.py, shell-quoted
 #      DRIVER_CALLS_ARGS  extra arguments for benchmarks/driver_calls.py, shell-quoted
+#      REVIEWS         which reviews' repros the review part runs: "1 2" (default), "1", "2"
+#      FASTLAUNCH_STRESS_THREADS, _STEPS, _SEED, _ONLY, _LIBRARIES, _BUDGET_S  the stress part's
+#                      parameters (tests/test_gpu_memory_stress.py; the tests part reads them too)
 #
 # Every part runs even after another failed; the exit status is 1 if any failed, 2 if the
-# set-up failed. $OUT gets gpu-run.log (everything printed) and pytest-junit.xml;
-# benchmarks/run.py writes its own files there (the device tool brings back 8 files at most).
+# set-up failed. $OUT gets gpu-run.log (everything printed) and pytest-junit.xml, review's
+# review.txt, review-2.txt and their -logs.txt; benchmarks/run.py writes its own files there
+# (the device tool brings back 8 files at most).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 
@@ -218,16 +236,60 @@ interleaved_bench() {
   python3 benchmarks/interleaved.py --out "$OUT" "${extra[@]}"
 }
 
-memory_review() {
-  local dir
-  for dir in .gpu/memory-review ../shared/memory-review; do
-    if [[ -f $dir/run_gpu.sh ]]; then
-      OUT="$OUT/review" bash "$dir/run_gpu.sh" | tee "$OUT/review.txt"
-      ! grep -q "FAIL" "$OUT/review.txt"
-      return
+# One review's repros: its run_gpu.sh (from .gpu/FOLDER, or ../shared/FOLDER where this runs in
+# the work folder) from the project's root, its output teed to $OUT/NAME.txt, the logs it
+# writes (into a folder of /tmp) gathered into $OUT/NAME-logs.txt: the device tool brings back
+# 8 files at most. Fails if a line says FAIL, run_gpu.sh fails, or no repro reported.
+review_repros() {
+  local folder=$1 name=$2 dir logs rc f
+  for dir in .gpu/$folder ../shared/$folder; do
+    [[ -f $dir/run_gpu.sh ]] || continue
+    logs=/tmp/gpu-run-$name
+    rm -rf "$logs"
+    section "$dir/run_gpu.sh"
+    OUT=$logs bash "$dir/run_gpu.sh" 2>&1 | tee "$OUT/$name.txt"
+    rc=${PIPESTATUS[0]}
+    for f in "$logs"/*; do
+      printf '===== %s =====\n' "$f"
+      cat "$f"
+    done >"$OUT/$name-logs.txt"
+    if ((rc != 0)); then
+      echo "gpu-run: $dir/run_gpu.sh exited $rc"
+      return 1
     fi
+    if ! grep -q '^REPRO' "$OUT/$name.txt"; then
+      echo "gpu-run: $dir/run_gpu.sh reported no REPRO line"
+      return 1
+    fi
+    ! grep -q "FAIL" "$OUT/$name.txt"
+    return
   done
-  echo "no .gpu/memory-review (make gpu-prepare copies it from ../shared): skipped"
+  echo "no .gpu/$folder (make gpu-prepare copies it from ../shared): skipped"
+}
+
+memory_review() {
+  local rc=0 which
+  for which in ${REVIEWS:-1 2}; do
+    case $which in
+      1) review_repros memory-review review || rc=1 ;;
+      2) review_repros memory-review-2 review-2 || rc=1 ;;
+      *)
+        echo "gpu-run: REVIEWS names 1 and 2, not '$which'"
+        rc=1
+        ;;
+    esac
+  done
+  return $rc
+}
+
+# tests/test_gpu_memory_stress.py alone (its own FASTLAUNCH_STRESS_* variables pass through);
+# each run is a child process with its own hang report, so pytest's stack dump waits longer
+stress() {
+  local extra=()
+  eval "extra=(${PYTEST_ARGS:-})"
+  timeout -s INT -k 30 "${PYTEST_TIMEOUT:-900}" python3 -m pytest -m gpu \
+    tests/test_gpu_memory_stress.py -q -rfEP -p no:cacheprovider \
+    -o faulthandler_timeout="${PYTEST_HANG_S:-400}" "${extra[@]}"
 }
 
 memory_bench() {
@@ -297,9 +359,9 @@ main() {
   for arg in "${@:-all}"; do
     case $arg in
       all) parts+=(rust tests stages conformance bench) ;;
-      rust | tests | bench | rustbench | stages | gap | conformance | threads | graphed | interleaved | memory | ufuncs | drivercalls | review | fresh | ab) parts+=("$arg") ;;
+      rust | tests | bench | rustbench | stages | gap | conformance | threads | graphed | interleaved | memory | ufuncs | drivercalls | review | stress | fresh | ab) parts+=("$arg") ;;
       *)
-        echo "gpu-run: unknown part '$arg' (rust, tests, stages, gap, conformance, bench, rustbench, threads, graphed, interleaved, memory, ufuncs, drivercalls, review, fresh, ab, all)"
+        echo "gpu-run: unknown part '$arg' (rust, tests, stages, gap, conformance, bench, rustbench, threads, graphed, interleaved, memory, ufuncs, drivercalls, review, stress, fresh, ab, all)"
         return 2
         ;;
     esac
@@ -321,7 +383,8 @@ main() {
       memory) name="benchmarks/memory.py (the memory API, interleaved)" fn=memory_bench ;;
       ufuncs) name="benchmarks/ufuncs.py (ufuncs, reductions, random kernels, interleaved)" fn=ufuncs_bench ;;
       drivercalls) name="benchmarks/driver_calls.py (driver calls of the fresh-object cases)" fn=driver_calls ;;
-      review) name="the memory review's repros" fn=memory_review ;;
+      review) name="the memory reviews' repros" fn=memory_review ;;
+      stress) name="tests/test_gpu_memory_stress.py (the memory API, threaded, against a model)" fn=stress ;;
       fresh) name="scripts/fresh-wheel.sh (the wheel alone, fresh venv)" fn=fresh ;;
       ab) name="benchmarks/ab_probe.py (.whl-old against .whl)" fn=ab ;;
     esac
