@@ -134,16 +134,17 @@ pub(crate) fn known_context_memory(key: u64) -> Option<Arc<ContextMemory>> {
 }
 
 /// Forgets the memory state of the context whose key is `key` (numba-cuda resets it:
-/// `cuda.close()`), releasing its staging ring, events and pool while the context lives.
+/// `cuda.close()`), releasing its staging ring, events and pool while the context lives:
+/// without the GIL, as the ring's `cuMemFreeHost` waits for the device.
 #[pyfunction]
-pub(crate) fn forget_context(key: u64) {
+pub(crate) fn forget_context(py: Python<'_>, key: u64) {
     let forgotten = {
         let mut contexts = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
         let (gone, kept) = contexts.drain(..).partition(|m| m.key == key);
         *contexts = kept;
         gone
     };
-    drop::<Vec<Arc<ContextMemory>>>(forgotten);
+    py.detach(move || drop::<Vec<Arc<ContextMemory>>>(forgotten));
 }
 
 /// Called at interpreter exit: from then on driver objects are left to the process's end.
