@@ -126,6 +126,8 @@ pub struct Stream {
     inner: driver::Stream,
     /// Made by `create` (entered in `made_streams`), not wrapping a handle.
     made_here: bool,
+    /// The context `create` made it in (`None`: wrapping a handle).
+    made_in: Option<driver::LaunchContext>,
     /// numba-cuda's handle object over it (a `CUstream`), made once: each `cuda.stream()`
     /// object over this pooled stream holds it (`memory/numba_streams.rs`).
     numba_handle: PyOnceLock<Py<PyAny>>,
@@ -142,6 +144,24 @@ impl Stream {
             Ok::<_, PyErr>(class.call1((self.inner.handle(),))?.unbind())
         })?;
         Ok(handle.bind(py).clone())
+    }
+
+    /// Whether this stream, made by `create`, may be handed to another user (a pool's): its
+    /// context still lives and it is not being captured. A stream whose capture is open (or
+    /// invalidated and not ended), or whose state the driver does not give, is not: a user
+    /// given it would find their work captured into another's graph.
+    pub(crate) fn reusable(&self) -> bool {
+        let Some(made_in) = self.made_in else {
+            return false;
+        };
+        let Ok(driver) = driver() else {
+            return false;
+        };
+        let lives = match driver.context_id(made_in.context) {
+            Some(id) => Some(id) == made_in.id,
+            None => made_in.id.is_none(), // (a driver without ids: as far as can be told)
+        };
+        lives && matches!(driver.stream_is_capturing(self.inner.handle()), Ok(false))
     }
 }
 
@@ -167,6 +187,7 @@ impl Stream {
         Ok(Stream {
             inner,
             made_here: true,
+            made_in: Some(context),
             numba_handle: PyOnceLock::new(),
         })
     }
@@ -177,6 +198,7 @@ impl Stream {
         Ok(Stream {
             inner: driver::Stream::external(driver()?, handle),
             made_here: false,
+            made_in: None,
             numba_handle: PyOnceLock::new(),
         })
     }

@@ -2,7 +2,9 @@
 //! context's pool (`python/fastlaunch/memory/streams.py` keeps the idle lists), as
 //! `Context.create_stream` makes one, made without a Python frame; its collection gives the
 //! pooled stream back to the idle list ([`StreamReturn`], watching it as `releases.rs`'s
-//! releases watch their pointers). Its class comes from `numba_stream_class.rs`.
+//! releases watch their pointers), unless it is still being captured (or its context went):
+//! that one is destroyed, as numba-cuda destroys the stream of a collected `Stream`, and
+//! never handed out again. Its class comes from `numba_stream_class.rs`.
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
@@ -98,7 +100,10 @@ fn pooled_numba_stream<'py>(
     Ok(made)
 }
 
-/// Gives a pooled stream back to its idle list when its `Stream` is collected (`watch.rs`).
+/// Gives a pooled stream back to its idle list when its `Stream` is collected (`watch.rs`);
+/// one whose capture is still open, whose capture state cannot be asked, or whose context
+/// was reset is left out, destroyed when this goes (`Stream`'s drop; the driver destroys the
+/// stream of a live context).
 #[pyclass(frozen, freelist = 64, module = "fastlaunch._core")]
 pub(crate) struct StreamReturn {
     owned: Py<Stream>,
@@ -108,9 +113,10 @@ pub(crate) struct StreamReturn {
 
 #[pymethods]
 impl StreamReturn {
-    /// Gives the stream back, once (a second call does nothing: the stream is not pooled twice).
+    /// Gives the stream back, once (a second call does nothing: the stream is not pooled
+    /// twice), when it can be reused.
     fn __call__(&self, py: Python<'_>, _collected: &Bound<'_, PyAny>) -> PyResult<()> {
-        if !self.watch.stop() {
+        if !self.watch.stop() || !self.owned.get().reusable() {
             return Ok(());
         }
         self.idle.bind(py).append(self.owned.clone_ref(py))
