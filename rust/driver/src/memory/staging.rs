@@ -85,11 +85,18 @@ impl StagingRing {
             return None;
         }
         if state.memory.is_none() {
-            // a failed allocation leaves the slot as it was: unmade, to be tried again later
-            state.memory = Some(SlotMemory {
-                buffer: PinnedBuffer::alloc(self.driver, SLOT_BYTES).ok()?,
-                event: Event::create(self.driver, false).ok()?,
+            // a failed allocation leaves the slot as it was: unmade, to be tried again later.
+            // Made in the relaxed capture mode: page-locking memory is one of CUDA's
+            // "potentially unsafe" calls, which a capture in global mode (another thread's)
+            // refuses, invalidated by it; a slot has nothing to do with any capture.
+            let driver = self.driver;
+            let made = driver.relaxed(|| {
+                Ok(SlotMemory {
+                    buffer: PinnedBuffer::alloc(driver, SLOT_BYTES)?,
+                    event: Event::create(driver, false)?,
+                })
             });
+            state.memory = Some(made.ok()?);
         }
         let memory = state.memory.as_ref()?;
         let claim = Claim {
