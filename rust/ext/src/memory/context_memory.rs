@@ -208,6 +208,11 @@ impl ContextMemory {
         self.exported_frees.count.load(Ordering::Acquire)
     }
 
+    /// How many exported frees are held.
+    pub(crate) fn exported_frees_held(&self) -> usize {
+        self.exported_frees.count.load(Ordering::Acquire)
+    }
+
     /// The exported frees held so far (none: no lock taken).
     pub(crate) fn take_exported_frees(&self) -> Vec<u64> {
         self.exported_frees.take_all()

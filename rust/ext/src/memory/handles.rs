@@ -15,6 +15,7 @@ use fastlaunch_driver::{is_legacy_stream, LaunchContext};
 use super::context_memory::known_context_memory;
 use super::current;
 use super::ordering::{newest_mark, note_synchronized};
+use super::pool::free_exported_after_synchronize;
 use crate::devices::driver;
 use crate::errors::Result;
 
@@ -108,7 +109,12 @@ pub(crate) fn event_elapsed_ms(start: usize, end: usize) -> Result<f32> {
 #[pyfunction]
 pub(crate) fn context_synchronize(py: Python<'_>) -> Result<()> {
     let (driver, context) = current()?;
-    synchronized(py, &context, || driver.synchronize())
+    synchronized(py, &context, || driver.synchronize())?;
+    // the work queued ahead of the exported frees held has run: they may go to the pool
+    match known_context_memory(context.key()) {
+        Some(memory) => free_exported_after_synchronize(driver, &memory),
+        None => Ok(()),
+    }
 }
 
 /// Runs `wait` (a synchronization covering the legacy stream of `context`, the current

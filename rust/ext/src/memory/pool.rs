@@ -218,24 +218,32 @@ fn make_exported_frees(
     driver: &'static driver::Driver,
     memory: &ContextMemory,
 ) -> Result<()> {
-    let held = memory.take_exported_frees();
-    if held.is_empty() {
-        return Ok(());
-    }
-    let hold_again = |held: Vec<u64>| {
-        for pointer in held {
-            memory.hold_exported_free(pointer);
-        }
-    };
-    if driver.capture_state(LEGACY_STREAM)? != Capture::None {
-        hold_again(held);
+    if memory.exported_frees_held() == 0 || driver.capture_state(LEGACY_STREAM)? != Capture::None {
         return Ok(());
     }
     if py
         .detach(|| driver.relaxed(|| driver.synchronize()))
         .is_err()
     {
-        hold_again(held);
+        return Ok(()); // refused (a capture is open): held until a later call
+    }
+    free_exported_after_synchronize(driver, memory)
+}
+
+/// Gives the exported blocks held in `memory`'s context (current) to the pool: the context was
+/// synchronized after their frees were held.
+pub(crate) fn free_exported_after_synchronize(
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+) -> Result<()> {
+    let held = memory.take_exported_frees();
+    if held.is_empty() {
+        return Ok(());
+    }
+    if driver.capture_state(LEGACY_STREAM)? != Capture::None {
+        for pointer in held {
+            memory.hold_exported_free(pointer);
+        }
         return Ok(());
     }
     order_free(driver, memory, LEGACY_STREAM)?;
@@ -355,6 +363,10 @@ pub(crate) fn pool_trim(py: Python<'_>, device: usize, keep_bytes: usize) -> Res
     let Some(memory) = live_device_memory(driver, device)? else {
         return Ok(());
     };
+    driver.push_context(memory.context)?;
+    let exported = make_exported_frees(py, driver, &memory);
+    driver.pop_context()?;
+    exported?;
     if memory.freed_blocks.release_all(driver, memory.context)? {
         py.detach(|| driver.stream_synchronize(LEGACY_STREAM))?;
     }
