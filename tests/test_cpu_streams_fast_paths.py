@@ -25,18 +25,25 @@ def queries_of(launch_once, times=10):
 def test_a_launch_on_a_new_stream_asks_the_driver_only_its_capture_state(run_on_stand_in):
     """A pooled stream's flags are known (fastlaunch made it): one driver query per launch,
     `cuStreamIsCapturing`, on a new `cuda.stream()` object as on a reused one; a stream made
-    elsewhere (a raw handle) is asked its flags too."""
+    elsewhere (a raw handle) is asked its flags too. A `cuda.stream()` object's collection
+    asks the same once (a stream still being captured is not given back to the pool)."""
     lines = run_on_stand_in(
         PRELUDE
         + QUERIES
         + """
 reused = streams.stream()
-print(queries_of(lambda: launch(streams.stream(), device)))
+new = []
+def launch_on_a_new_stream():
+    new.append(streams.stream())
+    launch(new[-1], device)
+print(queries_of(launch_on_a_new_stream))  # (each kept: no collection counted)
+new.clear()
+print(queries_of(lambda: launch(streams.stream(), device)))  # and each given back
 print(queries_of(lambda: launch(reused, device)))
 print(queries_of(lambda: launch(BLOCKING, device)))
 """
     )
-    assert lines == ["1.0", "1.0", "2.0"]
+    assert lines == ["1.0", "2.0", "1.0", "2.0"]
 
 
 def test_a_made_non_blocking_stream_waits_for_the_legacy_work_and_again_when_reborn(
