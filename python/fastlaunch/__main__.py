@@ -318,11 +318,48 @@ def info() -> None:
 USAGE = """usage: python -m fastlaunch [info]
        python -m fastlaunch run [--report] [--no-children] script.py [args...]
        python -m fastlaunch run [--report] [--no-children] -m module [args...]
+       python -m fastlaunch cache [info|clear]
 
   info   (the default) fastlaunch, Python, library, driver and device versions, settings
          and environment: what a bug report needs.
   run    runs a program unedited with fastlaunch installed (numba.cuda.jit makes
-         fastlaunch kernels), as python -m cProfile runs one; run --help says more."""
+         fastlaunch kernels), as python -m cProfile runs one; run --help says more.
+  cache  the compile cache: where it is, how large, its hits and misses, and the kernels it
+         could not cache and why (info, the default); or deletes every entry (clear)."""
+
+
+def cache(argv: list[str]) -> int:
+    """``python -m fastlaunch cache [info|clear]`` (docs/cache.md)."""
+    from fastlaunch import cache as compile_cache
+    from fastlaunch.cache import settings
+
+    if argv in ([], ["info"]):
+        report = compile_cache.info()
+        state = "on" if report["enabled"] else f"off ({settings.ENV_CACHE}=0)"
+        row("cache", state)
+        row("directory", f"{report['directory']} (from {report['directory_from']})")
+        row(
+            "size",
+            f"{report['entries']} kernel(s), {report['bytes'] / 2**20:.1f} MiB of "
+            f"{report['limit'] / 2**20:.0f} MiB ({settings.ENV_SIZE})",
+        )
+        total = report["total"]
+        row(
+            "hits / misses",
+            f"{total['hits']} / {total['misses']}; {total['stores']} stored, "
+            f"{total['unreadable']} unreadable entries compiled again",
+        )
+        uncachable = report["uncachable"]
+        row("not cached", f"{len(uncachable)} kernel(s)" + (":" if uncachable else ""))
+        for kernel, what in sorted(uncachable.items()):
+            row("", f"{kernel}: {what.get('reason')}")
+        return 0
+    if argv == ["clear"]:
+        removed = compile_cache.clear()
+        print(f"removed {removed} cached kernel(s) from {compile_cache.directory()}")
+        return 0
+    print("usage: python -m fastlaunch cache [info|clear]", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str]) -> int:
@@ -330,6 +367,8 @@ def main(argv: list[str]) -> int:
         from fastlaunch._run import run
 
         return run(argv[2:])
+    if argv[1:2] == ["cache"]:
+        return cache(argv[2:])
     if argv[1:] in ([], ["info"]):
         info()
         return 0

@@ -522,3 +522,549 @@ def reduce_block_size() -> int:
     from numba.cuda.kernels import reduction
 
     return reduction._NUMWARPS * reduction._WARPSIZE
+
+
+# -- the compile cache (fastlaunch.cache) ------------------------------------------------------
+#
+# fastlaunch's cache plugs into numba-cuda's own hook for one: a dispatcher's ``_cache``, which
+# ``CUDADispatcher.compile`` asks (``load_overload``) before compiling and tells
+# (``save_overload``) after. A hit is numba-cuda's ``_Kernel`` rebuilt from the stored linked
+# cubin, LLVM IR and PTX, as numba-cuda's own cache rebuilds it, without its typing pass.
+
+
+def uses_null_cache(dispatcher: Any) -> bool:
+    """Whether a dispatcher has numba-cuda's ``NullCache`` (no ``cache=True``)."""
+    return type(getattr(dispatcher, "_cache", None)).__name__ == "NullCache"
+
+
+def set_cache(dispatcher: Any, cache: Any) -> None:
+    dispatcher._cache = cache
+
+
+def normalize_argtypes(sig: Any) -> tuple:
+    """The argument types of what ``CUDADispatcher.compile`` is given (types or a signature)."""
+    from numba.cuda.core import sigutils
+
+    argtypes, _ = sigutils.normalize_signature(sig)
+    return tuple(argtypes)
+
+
+def count_cache_hit_as_miss(dispatcher: Any, sig: Any) -> None:
+    """numba-cuda counts a loaded overload as a hit of its ``cache=True`` cache
+    (``stats.cache_hits``); one of fastlaunch's cache is counted as the compile it stands for,
+    so ``stats`` read as without it."""
+    dispatcher._cache_misses[sig] += 1
+    dispatcher._cache_hits[sig] -= 1
+
+
+@functools.cache
+def dispatcher_types() -> tuple[type, ...]:
+    """The classes of numba-cuda's dispatchers (kernels and device functions)."""
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    return (CUDADispatcher,)
+
+
+@functools.cache
+def _extern_and_linkable() -> tuple[type, type, type]:
+    from numba.cuda.compiler import ExternFunction
+    from numba.cuda.cudadrv.linkable_code import LinkableCode
+    from numba.cuda.extending import _Intrinsic
+
+    return ExternFunction, LinkableCode, _Intrinsic
+
+
+def extern_function_class() -> type:
+    """``cuda.declare_device``'s objects (``ExternFunction``)."""
+    return _extern_and_linkable()[0]
+
+
+def linkable_code_class() -> type:
+    """``LinkableCode`` (``PTXSource``, ``CUSource``, ... for ``link=``)."""
+    return _extern_and_linkable()[1]
+
+
+def intrinsic_class() -> type:
+    """``@intrinsic``'s objects."""
+    return _extern_and_linkable()[2]
+
+
+def intrinsic_definition(intrinsic: Any) -> Any:
+    """The Python function an ``@intrinsic`` was made from."""
+    return intrinsic._defn
+
+
+def numba_type_class() -> type:
+    from numba.cuda import types
+
+    return types.Type
+
+
+def extern_function_links(extfn: Any) -> tuple[list, bool]:
+    """What ``cuda.declare_device`` gave a declared function to link, and whether it needs a
+    cooperative launch: from the implementation it put in the target context."""
+    from numba.cuda.descriptor import cuda_target
+
+    links: list = []
+    cooperative = False
+    selector = cuda_target.target_context._defns.get(extfn)
+    for impl, _ in getattr(selector, "versions", []):
+        for library in getattr(impl, "libs", ()):
+            links.extend(sorted(library._linking_files, key=repr))
+            cooperative = cooperative or bool(getattr(library, "use_cooperative", False))
+    return links, cooperative
+
+
+def linkable_code_data(code: Any) -> tuple[str, bytes]:
+    """A ``LinkableCode`` object's kind and bytes."""
+    data = code.data
+    if isinstance(data, str):
+        data = data.encode()
+    return type(code).__name__, bytes(data)
+
+
+def linkable_code_callbacks(code: Any) -> tuple[Any, Any]:
+    return code.setup_callback, code.teardown_callback
+
+
+def device_overloads(dispatcher: Any) -> dict:
+    """A device function's compiled overloads (argument types -> compile result)."""
+    return dict(dispatcher.overloads)
+
+
+def overload_llvm(compiled: Any) -> str:
+    """The LLVM IR of a compiled device function (and what it links)."""
+    return compiled.library.get_llvm_str()
+
+
+def is_device_dispatcher(dispatcher: Any) -> bool:
+    return bool(dispatcher.targetoptions.get("device"))
+
+
+def pipeline_class(dispatcher: Any) -> type:
+    return dispatcher._compiler.pipeline_class
+
+
+def config_values() -> list[tuple[str, str]]:
+    """numba-cuda's settings (``numba.cuda.core.config``), all of them: some decide the code
+    (``OPT``, ``CUDA_DEFAULT_PTX_CC``, ``CUDA_ENABLE_NRT``, ``FORCE_CUDA_CC``, ...), and a
+    setting that does not costs only a miss when it changes. The cache's own are left out.
+    Each by its ``repr``."""
+    settings = config()
+    skip = {"CACHE_DIR", "DEBUG_CACHE", "CACHE_LOCATOR_CLASSES"}
+    values = []
+    for name in sorted(vars(settings)):
+        if not name.isupper() or name in skip or name.startswith("_"):
+            continue
+        values.append((name, repr(getattr(settings, name))))
+    return values
+
+
+def library_versions() -> list[tuple[str, str]]:
+    import llvmlite
+    import numba
+    import numpy
+
+    found = [
+        ("numba", numba.__version__),
+        ("numba-cuda", version_string()),
+        ("llvmlite", llvmlite.__version__),
+        ("numpy", numpy.__version__),
+    ]
+    for name, module in (("cuda-core", "cuda.core"), ("cuda-bindings", "cuda.bindings")):
+        try:
+            found.append((name, str(__import__(module, fromlist=["_"]).__version__)))
+        except (ImportError, AttributeError):
+            found.append((name, "none"))
+    return found
+
+
+def _loaded_path(libname: str, fragment: str) -> str | None:
+    """Where a CUDA library this process loaded is: cuda.pathfinder's answer (cached there once
+    loaded), else the process's own map."""
+    try:
+        import cuda.pathfinder as pathfinder
+
+        return str(pathfinder.load_nvidia_dynamic_lib(libname).abs_path)
+    except Exception:
+        pass
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rsplit(None, 1)[-1]
+                if fragment in path.rsplit("/", 1)[-1]:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def nvvm_library() -> tuple[str | None, str]:
+    """NVVM: the library file numba-cuda compiles with, and its version and IR version
+    (loads it)."""
+    from numba.cuda.cudadrv import nvvm
+
+    library = nvvm.NVVM()
+    version = f"{library.get_version()} ir {library.get_ir_version()}"
+    return _loaded_path("nvvm", "libnvvm"), version
+
+
+def libdevice_path() -> str | None:
+    try:
+        import cuda.pathfinder as pathfinder
+
+        return str(pathfinder.find_bitcode_lib("device"))
+    except Exception:
+        from numba.cuda.cudadrv import libs
+
+        return str(libs.get_libdevice())
+
+
+def linker_library() -> tuple[str | None, str]:
+    """The linker numba-cuda links with: nvJitLink (its file and version), else the driver's
+    (its version)."""
+    from numba.cuda.cudadrv import driver
+
+    if driver._have_nvjitlink():
+        from cuda.bindings import nvjitlink
+
+        return _loaded_path("nvJitLink", "libnvJitLink"), f"nvjitlink {nvjitlink.version()}"
+    from fastlaunch import _core
+
+    return None, f"driver {_core.driver_version()}"
+
+
+def nvrtc_library() -> tuple[str | None, str]:
+    from numba.cuda.cudadrv import nvrtc
+
+    read = getattr(nvrtc, "_get_nvrtc_version", None) or getattr(nvrtc, "get_version", None)
+    version = read() if read is not None else "?"
+    return _loaded_path("nvrtc", "libnvrtc"), f"nvrtc {version}"
+
+
+def include_paths() -> str:
+    """What NVRTC compiles CUDA C++ against: the include path setting and the versions of the
+    NVIDIA packages installed (their headers)."""
+    import os
+
+    packages = set()
+    for folder in sys.path:
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            continue
+        packages.update(
+            name
+            for name in names
+            if name.endswith(".dist-info") and name.lower().startswith(("nvidia_", "cuda_"))
+        )
+    return f"{config().CUDA_INCLUDE_PATH} {' '.join(sorted(packages))}"
+
+
+def cudadevrt_path() -> str | None:
+    try:
+        import cuda.pathfinder as pathfinder
+
+        return str(pathfinder.find_static_lib("cudadevrt"))
+    except Exception:
+        from numba.cuda.cudadrv import libs
+
+        return str(libs.get_cudalib("cudadevrt", static=True))
+
+
+def extension_registries() -> dict[str, list]:
+    """The registries numba-cuda types and lowers with, by kind: typing templates
+    (``functions``, ``attributes``), typed globals, lowering implementations, ``typeof``
+    handlers and data models. Where user code registers ``@overload``, ``@intrinsic``,
+    ``@lower_builtin``, ``typeof_impl.register``, ``register_model``, ..."""
+    from numba.cuda.core import imputils
+    from numba.cuda.typing import templates
+
+    found: dict[str, list] = {"typing": [], "globals": [], "lowering": [], "typeof": []}
+    typing_registries = [templates.builtin_registry]
+    lowering_registries = [imputils.builtin_registry]
+    try:
+        from numba.cuda.descriptor import cuda_target
+
+        typing_registries += list(getattr(cuda_target.typing_context, "_registries", {}))
+        lowering_registries += list(getattr(cuda_target.target_context, "_registries", {}))
+    except Exception:
+        pass
+    seen: set[int] = set()
+    for registry in typing_registries:
+        if id(registry) in seen:
+            continue
+        seen.add(id(registry))
+        found["typing"] += list(getattr(registry, "functions", ()))
+        found["typing"] += list(getattr(registry, "attributes", ()))
+        found["globals"] += list(getattr(registry, "globals", ()))
+    for registry in lowering_registries:
+        if id(registry) in seen:
+            continue
+        seen.add(id(registry))
+        for name in ("functions", "getattrs", "setattrs", "casts", "constants"):
+            found["lowering"] += list(getattr(registry, name, ()))
+    try:
+        from numba.cuda.typing.typeof import typeof_impl
+
+        found["typeof"] = list(typeof_impl.registry.items())
+    except Exception:
+        pass
+    try:
+        from numba.cuda import models
+
+        found["models"] = list(getattr(models.cuda_data_manager, "_handlers", {}).items())
+    except Exception:
+        pass
+    return found
+
+
+def kernel_record(kernel: Any, cc: tuple[int, int, str]) -> dict:
+    """What rebuilds a compiled kernel (``_Kernel``): its flags, and its code library's LLVM
+    IR, PTX and linked cubin for ``cc``, its link inputs and options. Raises ``ValueError``
+    naming what cannot be stored."""
+    library = kernel._codelibrary
+    cubin = library._cubin_cache.get(cc)
+    if cubin is None:
+        raise ValueError(f"no cubin for compute capability {cc} was linked")
+    exceptions = call_helper_record(getattr(kernel, "call_helper", None), bool(kernel.debug))
+    if getattr(kernel, "extensions", None):
+        raise ValueError("the kernel has extensions (launched by numba-cuda)")
+    if getattr(library, "referenced_objects", None):
+        raise ValueError("the kernel references global device arrays")
+    if not getattr(library, "_finalized", False):
+        raise ValueError("the code library is not finalized")
+    return {
+        "cooperative": bool(kernel.cooperative),
+        "entry_name": str(kernel.entry_name),
+        "debug": bool(kernel.debug),
+        "lineinfo": bool(kernel.lineinfo),
+        "shared_memory_carveout": kernel.shared_memory_carveout,
+        "launch_config_sensitive": bool(getattr(kernel, "launch_config_sensitive", False)),
+        "signature": str(kernel.signature),
+        "library_name": str(library.name),
+        "library_entry_name": library._entry_name,
+        "llvm": list(library.llvm_strs),
+        "ptx": list(library._ptx_cache.get(cc, [])),
+        "cubin": bytes(cubin.code),
+        "linkerinfo": str(library._linkerinfo_cache.get(cc, "")),
+        "max_registers": library._max_registers,
+        "nvvm_options": dict(library._nvvm_options),
+        "needs_cudadevrt": bool(library.needs_cudadevrt),
+        "use_cooperative": bool(library.use_cooperative),
+        "lto": library._lto,
+        "linking": list(library._linking_files),
+        "exceptions": exceptions,
+        "setup_functions": len(library._setup_functions),
+        "teardown_functions": len(library._teardown_functions),
+    }
+
+
+def call_helper_record(helper: Any, debug: bool) -> list | None:
+    """A kernel's table of the exceptions its code raises (numba-cuda's call helper: code ->
+    class, arguments, source location), which a ``debug=True`` launch reads back: as JSON
+    (classes by module and name). ``ValueError`` for a debug kernel whose table cannot be
+    written so; a kernel without debug never reads it (an empty table then)."""
+    if helper is None:
+        return None
+    exceptions = getattr(helper, "exceptions", None)
+    if type(helper).__name__ != "_MinimalCallHelper" or not isinstance(exceptions, dict):
+        raise ValueError(f"the kernel's call helper is a {type(helper).__qualname__}")
+    table = []
+    for code, (cls, args, location) in exceptions.items():
+        entry = [code, cls.__module__, cls.__qualname__, _json_plain(args), _json_plain(location)]
+        if None in (entry[3], entry[4]) and (args, location) != (None, None):
+            if debug:
+                raise ValueError(f"the arguments of its {cls.__qualname__} cannot be stored")
+            return []
+        table.append(entry)
+    return table
+
+
+def _json_plain(value: Any) -> Any:
+    """``value`` as JSON holds it (tuples as ``{"t": [...]}``), or None."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return {"v": value}
+    if isinstance(value, tuple | list):
+        items = [_json_plain(v) for v in value]
+        if any(item is None for item in items):
+            return None
+        return {"t" if isinstance(value, tuple) else "l": items}
+    return None
+
+
+def _from_json(value: Any) -> Any:
+    if "v" in value:
+        return value["v"]
+    items = [_from_json(v) for v in value.get("t", value.get("l", []))]
+    return tuple(items) if "t" in value else items
+
+
+def rebuild_call_helper(table: list | None) -> Any:
+    """numba-cuda's call helper from ``call_helper_record``'s table (classes found by module
+    and name; ``LookupError`` if one is not there)."""
+    if table is None:
+        return None
+    from numba.cuda.core.callconv import _MinimalCallHelper
+
+    helper = _MinimalCallHelper()
+    for code, module, qualname, args, location in table:
+        cls: Any = sys.modules.get(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part, None)
+        if not isinstance(cls, type):
+            raise LookupError(f"exception class {module}.{qualname} not found")
+        helper.exceptions[code] = (cls, _from_json(args), _from_json(location))
+    return helper
+
+
+def nrt_library() -> Any:
+    from numba.cuda.dispatcher import NRT_LIBRARY
+
+    return NRT_LIBRARY
+
+
+def rebuild_kernel(dispatcher: Any, argtypes: tuple, record: dict, linking: list) -> Any:
+    """numba-cuda's ``_Kernel`` for ``argtypes`` from a stored ``record`` (see
+    ``kernel_record``), linking ``linking`` (paths and the live ``LinkableCode`` objects)
+    if another compute capability asks for its cubin. Its type annotation (``inspect_types``)
+    is compiled when first asked for."""
+    from numba.cuda import types as numba_types
+    from numba.cuda.codegen import CUDACodeLibrary
+
+    try:
+        from cuda.core import ObjectCode
+    except ImportError:  # cuda-core before 1.0
+        from cuda.core.experimental import ObjectCode
+
+    cc = tuple(record["cc"])
+    states = {
+        "codegen": dispatcher.targetctx.codegen(),
+        "name": record["library_name"],
+        "entry_name": record["library_entry_name"],
+        "llvm_strs": list(record["llvm"]),
+        "ptx_cache": {cc: list(record["ptx"])} if record["ptx"] else {},
+        "cubin_cache": {cc: ObjectCode.from_cubin(record["cubin"])},
+        "linkerinfo_cache": {cc: record["linkerinfo"]},
+        "max_registers": record["max_registers"],
+        "nvvm_options": dict(record["nvvm_options"]),
+        "needs_cudadevrt": record["needs_cudadevrt"],
+        "nrt": False,
+        "use_cooperative": record["use_cooperative"],
+        "lto": record["lto"],
+    }
+    library = CUDACodeLibrary._rebuild(**_accepted(CUDACodeLibrary._rebuild, states))
+    for item in linking:
+        library.add_linking_file(item)
+    signature = numba_types.void(*argtypes)
+    kernel_states = {
+        "cooperative": record["cooperative"],
+        "name": record["entry_name"],
+        "signature": signature,
+        "codelibrary": library,
+        "debug": record["debug"],
+        "lineinfo": record["lineinfo"],
+        "call_helper": rebuild_call_helper(record["exceptions"]),
+        "extensions": [],
+        "shared_memory_carveout": record["shared_memory_carveout"],
+        "launch_config_sensitive": False,
+    }
+    from numba.cuda.dispatcher import _Kernel
+
+    kernel = _Kernel._rebuild(**_accepted(_Kernel._rebuild, kernel_states))
+    kernel.__class__ = _cached_kernel_class()
+    kernel._fastlaunch_source = (dispatcher.py_func, argtypes, dict(dispatcher.targetoptions))
+    return kernel
+
+
+def _accepted(method: Any, states: dict) -> dict:
+    """The states a ``_rebuild`` of this numba-cuda version takes; raises ``ValueError`` if
+    it needs one not given."""
+    import inspect as inspect_module
+
+    parameters = inspect_module.signature(method).parameters
+    missing = [
+        name
+        for name, p in parameters.items()
+        if name not in states and p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD
+    ]
+    if missing:
+        raise ValueError(f"numba-cuda's {method.__qualname__} needs {missing}")
+    return {name: value for name, value in states.items() if name in parameters}
+
+
+@functools.cache
+def _cached_kernel_class() -> type:
+    """numba-cuda's ``_Kernel``, whose type annotation is compiled when first asked for
+    (a kernel loaded from numba-cuda's own cache has none)."""
+    from numba.cuda.dispatcher import _Kernel
+
+    class _CachedKernel(_Kernel):
+        @property
+        def _type_annotation(self) -> Any:
+            annotation = self.__dict__.get("_fastlaunch_annotation")
+            if annotation is None:
+                source = self.__dict__.get("_fastlaunch_source")
+                if source is None:
+                    return None
+                py_func, argtypes, options = source
+                annotation = _Kernel(py_func, argtypes, **options)._type_annotation
+                self.__dict__["_fastlaunch_annotation"] = annotation
+            return annotation
+
+        @_type_annotation.setter
+        def _type_annotation(self, value: Any) -> None:
+            if value is not None:
+                self.__dict__["_fastlaunch_annotation"] = value
+
+    _CachedKernel.__name__ = _CachedKernel.__qualname__ = "_Kernel"
+    _CachedKernel.__module__ = _Kernel.__module__
+    return _CachedKernel
+
+
+def compile_signatures(dispatcher: Any, signatures: list, specialized: bool) -> Any:
+    """What ``numba.cuda.jit(signatures)(func)`` does once it has made its dispatcher:
+    compile each signature (a kernel's return type must be void), then mark the dispatcher
+    specialized (one signature given alone) and close it to further compiles. fastlaunch
+    makes the dispatcher itself first (``jit(func, **options)``), so its cache is in place
+    before these compiles."""
+    from numba.cuda import types as numba_types
+    from numba.cuda.core import sigutils
+
+    for sig in signatures:
+        argtypes, restype = sigutils.normalize_signature(sig)
+        if restype and restype != numba_types.void:
+            raise TypeError("CUDA kernel must have void return type.")
+        dispatcher.compile(argtypes)
+    dispatcher._specialized = specialized
+    dispatcher.disable_compile()
+    return dispatcher
+
+
+def is_signature(value: Any) -> bool:
+    from numba.cuda.core import sigutils
+
+    return bool(sigutils.is_signature(value))
+
+
+def specialize(dispatcher: Any, args: tuple, prepare: Any) -> Any:
+    """numba-cuda's ``CUDADispatcher.specialize``: a new dispatcher compiled for ``args``'
+    types only, remembered per compute capability and types, with ``prepare(new)`` called
+    before it compiles (fastlaunch's cache goes in there)."""
+    from numba.cuda.cudadrv.devices import get_current_device
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    cc = get_current_device().compute_capability
+    argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
+    if dispatcher.specialized:
+        raise RuntimeError("Dispatcher already specialized")
+    specialization = dispatcher.specializations.get((cc, argtypes))
+    if specialization:
+        return specialization
+    specialization = CUDADispatcher(dispatcher.py_func, targetoptions=dispatcher.targetoptions)
+    prepare(specialization)
+    specialization.compile(argtypes)
+    specialization.disable_compile()
+    specialization._specialized = True
+    dispatcher.specializations[cc, argtypes] = specialization
+    return specialization

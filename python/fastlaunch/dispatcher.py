@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
+from fastlaunch.cache import numba_cache
 from fastlaunch.errors import KernelArgumentError
 
 #: compiles, loads and launches through numba-cuda's path (never on the fast path)
@@ -127,6 +128,7 @@ class Kernel(_core.Kernel):
             self._set_always_numba(True)
         self.numba_launches = 0
         self._callbacks_by_configuration: dict[tuple, list] = {}
+        numba_cache.attach(dispatcher)  # fastlaunch's compile cache, unless cache=True
         _compile_through(dispatcher, self)
         register_as_numba_dispatcher()
 
@@ -157,7 +159,11 @@ class Kernel(_core.Kernel):
         """numba-cuda's ``specialize``: a kernel compiled for these arguments' types only
         (cached per compute capability and types, as numba-cuda caches it), as a fastlaunch
         kernel."""
-        specialization = self._dispatcher.specialize(*args)
+        if numba_cuda.uses_null_cache(self._dispatcher) or not numba_cache.settings.enabled():
+            # numba-cuda's own, but for fastlaunch's cache put in before it compiles
+            specialization = numba_cuda.specialize(self._dispatcher, args, numba_cache.attach)
+        else:
+            specialization = self._dispatcher.specialize(*args)
         made = specialization.__dict__.get("_fastlaunch_kernel")
         if made is None:
             made = Kernel(specialization)
@@ -560,8 +566,39 @@ def jit(func_or_sig: Any = None, *signatures: Any, **options: Any) -> Any:
             raise TypeError("jit(existing_kernel) takes no further signatures or options")
         return Kernel(func_or_sig)
     if options.get("device"):
-        return numba_jit(func_or_sig, *signatures, **options)
+        return numba_cache.observe_device(numba_jit(func_or_sig, *signatures, **options))
+    if not signatures and _cached_signatures(func_or_sig, options):
+        return _compiling_signatures(func_or_sig, options)
     return _wrap(numba_jit(func_or_sig, *signatures, **options), dispatcher_class)
+
+
+def _cached_signatures(func_or_sig: Any, options: dict) -> bool:
+    """Whether ``jit(func_or_sig, **options)`` compiles signatures that fastlaunch's cache
+    should serve: signatures given, the cache on, and no ``cache=True`` (numba-cuda's own)."""
+    if options.get("cache") or not numba_cache.settings.enabled():
+        return False
+    if isinstance(func_or_sig, list):
+        return all(numba_cuda.is_signature(sig) for sig in func_or_sig)
+    return func_or_sig is not None and numba_cuda.is_signature(func_or_sig)
+
+
+def _compiling_signatures(func_or_sig: Any, options: dict) -> Callable[[Any], Any]:
+    """``jit(signatures, **options)``, as numba-cuda's: a decorator that makes the dispatcher
+    and compiles each signature, but with fastlaunch's cache in place before those compiles
+    (numba-cuda compiles in its decorator, before a cache could be put in)."""
+    single = not isinstance(func_or_sig, list)
+    signatures = [func_or_sig] if single else list(func_or_sig)
+    numba_jit = numba_cuda.numba_jit()
+
+    def decorate(func: Any) -> Any:
+        made = numba_jit(func, **options)
+        if not isinstance(made, numba_cuda.dispatcher_class()):
+            return made  # the simulator's kernel
+        kernel = Kernel(made)
+        numba_cuda.compile_signatures(made, signatures, specialized=single)
+        return kernel
+
+    return decorate
 
 
 def _wrap(made: Any, dispatcher_class: type) -> Any:
