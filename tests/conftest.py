@@ -53,6 +53,63 @@ def run_on_stand_in(stand_in_driver: Path) -> Callable[..., list[str]]:
     return run
 
 
+NUMBA_STAND_IN_SOURCE = Path(__file__).parent / "stand_in_driver" / "numba_driver.c"
+
+
+@pytest.fixture(scope="session")
+def numba_stand_in(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stand-in driver with what numba-cuda's own driver layer needs too
+    (``stand_in_driver/numba_driver.c``), as the folder holding its ``libcuda.so.1``: with it
+    on ``LD_LIBRARY_PATH``, numba-cuda really compiles and links (NVVM, nvJitLink) and
+    "loads" kernels without a GPU. The compile cache's tests run through it."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler for the stand-in driver")
+    folder = tmp_path_factory.mktemp("numba-stand-in")
+    subprocess.run(
+        [
+            compiler,
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(folder / "libcuda.so.1"),
+            str(NUMBA_STAND_IN_SOURCE),
+            "-ldl",
+        ],
+        check=True,
+    )
+    return folder
+
+
+def numba_stand_in_env(folder: Path, **extra: str) -> dict[str, str]:
+    """The environment of a child process that compiles on the numba stand-in driver."""
+    library = os.environ.get("LD_LIBRARY_PATH")
+    return {
+        **os.environ,
+        "FASTLAUNCH_CUDA_DRIVER": str(folder / "libcuda.so.1"),
+        "LD_LIBRARY_PATH": f"{folder}:{library}" if library else str(folder),
+        "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0",
+        **extra,
+    }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """fastlaunch's compile cache (on by default) gets a folder of its own for the session, so
+    tests neither share compiled kernels with other sessions nor leave them behind; the
+    cache's own tests give each test its own folder."""
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="fastlaunch-test-cache-")
+    config._fastlaunch_cache_folder = folder  # type: ignore[attr-defined]
+    os.environ["FASTLAUNCH_CACHE_DIR"] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = getattr(config, "_fastlaunch_cache_folder", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     no_gpu_items = [item for item in items if item.get_closest_marker("no_gpu") is not None]
