@@ -537,6 +537,11 @@ def uses_null_cache(dispatcher: Any) -> bool:
     return type(getattr(dispatcher, "_cache", None)).__name__ == "NullCache"
 
 
+def has_numba_cache(dispatcher: Any) -> bool:
+    """Whether a dispatcher has numba-cuda's own file cache (``cache=True``)."""
+    return type(getattr(dispatcher, "_cache", None)).__name__ == "CUDACache"
+
+
 def set_cache(dispatcher: Any, cache: Any) -> None:
     dispatcher._cache = cache
 
@@ -1051,10 +1056,9 @@ def specialize(dispatcher: Any, args: tuple, prepare: Any) -> Any:
     """numba-cuda's ``CUDADispatcher.specialize``: a new dispatcher compiled for ``args``'
     types only, remembered per compute capability and types, with ``prepare(new)`` called
     before it compiles (fastlaunch's cache goes in there)."""
-    from numba.cuda.cudadrv.devices import get_current_device
     from numba.cuda.dispatcher import CUDADispatcher
 
-    cc = get_current_device().compute_capability
+    cc = api().get_current_device().compute_capability
     argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
     if dispatcher.specialized:
         raise RuntimeError("Dispatcher already specialized")

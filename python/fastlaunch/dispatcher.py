@@ -159,7 +159,7 @@ class Kernel(_core.Kernel):
         """numba-cuda's ``specialize``: a kernel compiled for these arguments' types only
         (cached per compute capability and types, as numba-cuda caches it), as a fastlaunch
         kernel."""
-        if numba_cuda.uses_null_cache(self._dispatcher) or not numba_cache.settings.enabled():
+        if numba_cache.settings.enabled() and not numba_cuda.has_numba_cache(self._dispatcher):
             # numba-cuda's own, but for fastlaunch's cache put in before it compiles
             specialization = numba_cuda.specialize(self._dispatcher, args, numba_cache.attach)
         else:
