@@ -112,7 +112,7 @@ print(type(again) is LaunchRefusedError, str(again), again.code, again.during)
 # the installed memory API raises the core's error as it is: CudaAPIError
 d = cuda.to_device(np.arange(4.0))
 event = cuda.event()
-for name in ("copy_to_host", "copy_to_device", "synchronize", "event_synchronize"):
+for name in ("copy_to_host", "copy_to_device", "context_synchronize", "event_synchronize"):
     setattr(_core, name, fail)
 raised = []
 for call in (d.copy_to_host, lambda: d.copy_to_device(np.ones(4)),

@@ -484,9 +484,12 @@ def numba_device_array(
     """``DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=gpu_data)`` for a
     non-empty array of the ``objects.layout`` ``described``."""
 
-def pool_array(described: tuple, dtype: Any, stream: Any, stream_handle: int) -> Any:
+def pool_array(
+    described: tuple, dtype: Any, stream: Any, stream_handle: int, filled: bool = False
+) -> Any:
     """A ``DeviceNDArray`` of the ``objects.layout`` ``described`` over new memory from the
-    current context's pool; None where Python is to make it."""
+    current context's pool; None where Python is to make it. ``filled``: the caller copies
+    all of it to the device next, on the legacy stream."""
 
 def first_axis_view(array: Any, item: slice) -> Any:
     """``array[item]`` for ``item`` a slice of the first axis with step 1, made here where

@@ -77,7 +77,7 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
         return device_array_class(shape, obj.strides, obj.dtype, stream=stream)
     dtype = obj.dtype
     described = objects.layout(shape, obj.strides, dtype.itemsize)
-    array = allocate_array(described, dtype, stream, handle)
+    array = allocate_array(described, dtype, stream, handle, filled=copy and handle == 0)
     if copy:
         _core.copy_to_device(array.gpu_data.device_ctypes_pointer.value, source, handle)
     return array

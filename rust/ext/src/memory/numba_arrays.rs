@@ -30,13 +30,16 @@ use crate::classify::born::describe_birth;
 /// from the current context's pool, used on `stream` (whose handle is `stream_handle`);
 /// `None` where Python is to make it (no context or numba-cuda `Context` known yet, an EMM
 /// plugin's memory manager, an allocation that failed: `allocation.allocate` retries it and
-/// raises numba-cuda's errors).
+/// raises numba-cuda's errors). `filled`: the caller copies all of it to the device next, on
+/// the legacy stream (`to_device`; `pool::alloc_in`).
 #[pyfunction]
+#[pyo3(signature = (described, dtype, stream, stream_handle, filled = false))]
 pub(crate) fn pool_array<'py>(
     described: &Bound<'py, PyTuple>,
     dtype: &Bound<'py, PyAny>,
     stream: &Bound<'py, PyAny>,
     stream_handle: usize,
+    filled: bool,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let py = described.py();
     let Some(classes) = numba_classes(py) else {
@@ -54,7 +57,7 @@ pub(crate) fn pool_array<'py>(
     };
     let allocations = manager.getattr(intern!(py, "allocations"))?;
     let deallocations = manager.getattr(intern!(py, "deallocations"))?;
-    let Ok(address) = alloc_in(py, driver, &current, nbytes, stream_handle) else {
+    let Ok(address) = alloc_in(py, driver, &current, nbytes, stream_handle, filled) else {
         return Ok(None);
     };
     let owned = pool_memory(

@@ -231,17 +231,24 @@ pub(crate) fn order_free(
 /// synchronises with both); a stream other than the legacy one also waits for that mark on
 /// the GPU (a non-blocking stream, or one of another context, is ordered with nothing else).
 /// `None`: it cannot be ordered now (a blocking stream is being captured, which refuses the
-/// legacy stream): use the pool. Then call [`after_reuse`].
+/// legacy stream): use the pool. Then call [`after_reuse`]. `filled`: the block is written
+/// next on the legacy stream by a marked copy (`pool::alloc_in`), itself a command there
+/// after the free, whose mark follows the reuse: none is recorded for it.
 pub(crate) fn before_reuse(
     driver: &'static driver::Driver,
     context: &LaunchContext,
     memory: &ContextMemory,
     stream: usize,
     freed: FreePoint,
+    filled: bool,
 ) -> Result<Option<(StreamWork, u64)>> {
     let work = StreamWork::on(driver, context, stream, false)?;
     let legacy = is_legacy_stream(stream);
     let mut ordering = memory.ordering();
+    if legacy && filled {
+        ordering.freed_since_mark = true; // until the copy's mark
+        return Ok(Some((work, 0)));
+    }
     if ordering.newest == freed.0 {
         if !legacy && driver.capture_state(LEGACY_STREAM)? != Capture::None {
             return Ok(None);
@@ -345,6 +352,20 @@ pub(crate) fn after_alloc(
     if let Some(mark) = recorded {
         MARKS_RECORDED.fetch_add(1, Ordering::Release);
         settle_if_unrelaxable(py, driver, memory, mark)?;
+    }
+    Ok(())
+}
+
+/// After an allocation the caller fills next by a marked copy on the legacy stream
+/// ([`before_reuse`]'s `filled`): only followed, on a non-blocking stream (none: the legacy
+/// stream is the copy's).
+pub(crate) fn after_filled_alloc(
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    work: StreamWork,
+) -> Result<()> {
+    if work.non_blocking {
+        follow(driver, memory, work.stream)?;
     }
     Ok(())
 }

@@ -17,7 +17,9 @@ use super::context_memory::{
     all_context_memory, context_memory, known_context_memory, ContextMemory,
 };
 use super::freed_blocks::SizeClass;
-use super::ordering::{after_alloc, after_reuse, before_alloc, before_reuse, order_free};
+use super::ordering::{
+    after_alloc, after_filled_alloc, after_reuse, before_alloc, before_reuse, order_free,
+};
 use super::{byte_count, current, current_if_any};
 use crate::devices::driver;
 use crate::errors::Result;
@@ -45,21 +47,25 @@ pub(crate) fn current_context_key() -> Result<Option<u64>> {
 pub(crate) fn mem_alloc(py: Python<'_>, nbytes: i64, stream: usize) -> Result<u64> {
     let nbytes = byte_count(nbytes)?;
     let (driver, context) = current()?;
-    alloc_in(py, driver, &context, nbytes, stream)
+    alloc_in(py, driver, &context, nbytes, stream, false)
 }
 
-/// [`mem_alloc`] in `context`, the thread's current context.
+/// [`mem_alloc`] in `context`, the thread's current context. `filled`: the caller writes
+/// all of it next, on the legacy stream, through a copy that is marked (`to_device`): the
+/// allocation needs no mark of its own, the copy's follows it.
 pub(super) fn alloc_in(
     py: Python<'_>,
     driver: &'static driver::Driver,
     context: &LaunchContext,
     nbytes: usize,
     stream: usize,
+    filled: bool,
 ) -> Result<u64> {
     let memory = context_memory(driver, context)?;
     make_deferred_frees(driver, &memory)?;
     if driver.capture_state(stream)? != Capture::None {
-        let pointer = driver.alloc_now(nbytes)?;
+        // (cuMemAlloc may wait for the device: numba-cuda's call lets the GIL go too)
+        let pointer = py.detach(|| driver.alloc_now(nbytes))?;
         if pointer != 0 {
             memory.note_plain_allocation(pointer);
         }
@@ -67,7 +73,7 @@ pub(super) fn alloc_in(
     }
     let class = memory.freed_blocks.class_of(nbytes);
     if let Some(pointer) = class.map_or(Ok(None), |class| {
-        reuse_freed_block(py, driver, context, &memory, class, stream)
+        reuse_freed_block(py, driver, context, &memory, class, stream, filled)
     })? {
         return Ok(pointer);
     }
@@ -85,7 +91,11 @@ pub(super) fn alloc_in(
     if let Some(class) = class {
         memory.freed_blocks.note_handed_out(pointer, class);
     }
-    after_alloc(py, driver, &memory, work, pointer, size)?;
+    if !(filled && is_legacy_stream(stream)) {
+        after_alloc(py, driver, &memory, work, pointer, size)?;
+    } else {
+        after_filled_alloc(driver, &memory, work)?;
+    }
     Ok(pointer)
 }
 
@@ -98,11 +108,12 @@ fn reuse_freed_block(
     memory: &ContextMemory,
     class: SizeClass,
     stream: usize,
+    filled: bool,
 ) -> Result<Option<u64>> {
     let Some(block) = memory.freed_blocks.take(class) else {
         return Ok(None);
     };
-    match before_reuse(driver, context, memory, stream, block.freed) {
+    match before_reuse(driver, context, memory, stream, block.freed, filled) {
         Ok(Some(ordered)) => {
             after_reuse(py, driver, memory, ordered, block.pointer, class.bytes())?;
             Ok(Some(block.pointer))
