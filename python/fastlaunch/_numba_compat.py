@@ -650,6 +650,22 @@ def pipeline_class(dispatcher: Any) -> type:
     return dispatcher._compiler.pipeline_class
 
 
+@functools.cache
+def _config_names() -> tuple[str, ...]:
+    skip = {"CACHE_DIR", "DEBUG_CACHE", "CACHE_LOCATOR_CLASSES"}
+    return tuple(
+        sorted(n for n in vars(config()) if n.isupper() and n not in skip and n[0] != "_")
+    )
+
+
+def config_snapshot() -> tuple[tuple[str, ...], list]:
+    """numba-cuda's settings (``numba.cuda.core.config``) by name, as ``config_values``; the
+    values themselves (compared cheaply against an earlier snapshot)."""
+    names = _config_names()
+    settings = config()
+    return names, [getattr(settings, name, None) for name in names]
+
+
 def config_values() -> list[tuple[str, str]]:
     """numba-cuda's settings (``numba.cuda.core.config``), all of them: some decide the code
     (``OPT``, ``CUDA_DEFAULT_PTX_CC``, ``CUDA_ENABLE_NRT``, ``FORCE_CUDA_CC``, ...), and a

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastlaunch.cache import settings, stats, store
-from fastlaunch.cache.store import CacheWarning
+from fastlaunch.cache import settings
+from fastlaunch.cache.settings import CacheWarning
 
 
 def enabled() -> bool:
@@ -35,6 +35,8 @@ def directory() -> str:
 def info() -> dict[str, Any]:
     """Where the cache is, how large, and what it did: over every process that used the
     folder (``total``), in this one (``process``), and the kernels it could not cache."""
+    from fastlaunch.cache import stats, store
+
     root = settings.directory()
     entries, size = store.usage(root)
     totals, uncachable = stats.load(root)
@@ -58,6 +60,8 @@ def info() -> dict[str, Any]:
 
 def clear() -> int:
     """Deletes every entry (and the statistics); returns how many there were."""
+    from fastlaunch.cache import store
+
     return store.clear(settings.directory())
 
 

@@ -28,14 +28,21 @@ nothing it was keyed by changed while it compiled."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import weakref
-from dataclasses import dataclass, field
 from typing import Any
 
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.cache import extensions, toolchain
-from fastlaunch.cache.values import Unkeyable, Walk, digest, is_library, is_library_function
+from fastlaunch.cache.values import (
+    Unkeyable,
+    Walk,
+    digest,
+    is_library,
+    is_library_function,
+    token,
+)
 
 #: device function -> {argument types: source digest it was compiled from}, for overloads the
 #: cache saw compiled (during a kernel's compile it keyed, or by fastlaunch.jit(device=True))
@@ -43,14 +50,20 @@ _compiled: weakref.WeakKeyDictionary[Any, dict[tuple, str]] = weakref.WeakKeyDic
 _IN_PROGRESS = "in progress"
 
 
-@dataclass
 class Key:
-    key: str
-    source: str
-    #: (device function, its source digest, the overloads it had when keyed)
-    devices: list[tuple[Any, str, frozenset]] = field(default_factory=list)
-    #: the LinkableCode objects met (link= and declared functions' links), by content digest
-    linkables: dict[str, Any] = field(default_factory=dict)
+    """A kernel's key (``key``), its source digest (``source``), the device functions met
+    (device function, its source digest, the overloads it had when keyed) and the
+    ``LinkableCode`` objects met (``link=`` and declared functions' links) by content digest."""
+
+    __slots__ = ("key", "source", "devices", "linkables")
+
+    def __init__(
+        self, key: str, source: str, devices: list[tuple[Any, str, frozenset]], linkables: dict
+    ) -> None:
+        self.key = key
+        self.source = source
+        self.devices = devices
+        self.linkables = linkables
 
 
 class KeyWalk(Walk):
@@ -59,19 +72,14 @@ class KeyWalk(Walk):
 
     def __init__(self, lines: bool) -> None:
         super().__init__(lines, _special)
-        import hashlib
-
         self._source = hashlib.blake2b(digest_size=32)
         self._key_only = False
 
     def feed(self, tag: str, *parts: Any) -> None:
-        super().feed(tag, *parts)
+        data = token(tag, parts)
+        self._hash.update(data)
         if not self._key_only:
-            saved, self._hash = self._hash, self._source
-            try:
-                super().feed(tag, *parts)
-            finally:
-                self._hash = saved
+            self._source.update(data)
 
     def feed_key_only(self, tag: str, *parts: Any) -> None:
         self._key_only = True
@@ -81,16 +89,8 @@ class KeyWalk(Walk):
             self._key_only = False
 
     def feed_split(self, tag: str, key: str, source: str) -> None:
-        self._key_only = True
-        try:
-            self.feed(tag, key)
-        finally:
-            self._key_only = False
-        saved, self._hash = self._hash, self._source
-        try:
-            Walk.feed(self, tag, source)
-        finally:
-            self._hash = saved
+        self._hash.update(token(tag, (key,)))
+        self._source.update(token(tag, (source,)))
 
     def source_hexdigest(self) -> str:
         return self._source.hexdigest()
@@ -108,12 +108,7 @@ def overload_key(dispatcher: Any, argtypes: tuple, cc: tuple[int, int, str]) -> 
     lines = bool(options.get("debug") or options.get("lineinfo"))
     walk = KeyWalk(lines)
     walk.found = {"devices": [], "digests": {}, "linkables": {}}
-    walk.feed("fastlaunch kernel cache")
-    for name, value in toolchain.common():
-        walk.feed("tool", name, value)
-    for name, value in numba_cuda.config_values():
-        walk.feed("config", name)
-        walk.value(value)
+    walk.feed("fastlaunch kernel cache", _context())
     walk.feed("cc", *cc)
     walk.feed("extensions", extensions.digest(lambda: KeyWalk(False)))
     _options(walk, options)
@@ -132,6 +127,28 @@ def overload_key(dispatcher: Any, argtypes: tuple, cc: tuple[int, int, str]) -> 
         devices=found["devices"],
         linkables=found["linkables"],
     )
+
+
+_context_memo: tuple[Any, list, str] | None = None
+
+
+def _context() -> str:
+    """The toolchain (``toolchain.common()``) and numba-cuda's settings, digested; again only
+    when a setting changed."""
+    global _context_memo
+    tools = toolchain.common()
+    names, values = numba_cuda.config_snapshot()
+    memo = _context_memo
+    if memo is not None and memo[0] is tools and memo[1] == values:
+        return memo[2]
+    walk = Walk(False)
+    for name, value in tools:
+        walk.feed("tool", name, value)
+    for name, value in zip(names, values, strict=True):
+        walk.feed("config", name, repr(value))
+    found = walk.hexdigest()
+    _context_memo = (tools, values, found)
+    return found
 
 
 def device_digest(dispatcher: Any) -> str:

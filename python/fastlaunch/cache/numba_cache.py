@@ -24,13 +24,17 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
-from fastlaunch.cache import entry, settings, stats, store, toolchain
-from fastlaunch.cache import key as keys
-from fastlaunch.cache.values import Unkeyable, digest
+from fastlaunch.cache import settings
+
+if TYPE_CHECKING:
+    from fastlaunch.cache import key as keys
+
+# The key, the store and what they need are imported at the first compile (``_parts``), so
+# that ``import fastlaunch`` stays light.
 
 _log = logging.getLogger("fastlaunch.cache")
 
@@ -46,6 +50,14 @@ def current_cc() -> tuple[int, int, str]:
 def kernel_name(dispatcher: Any) -> str:
     py_func = dispatcher.py_func
     return f"{getattr(py_func, '__module__', '?')}.{getattr(py_func, '__qualname__', '?')}"
+
+
+def _parts() -> Any:
+    """The cache's working modules, imported on first use."""
+    from fastlaunch.cache import entry, stats, store, toolchain, values
+    from fastlaunch.cache import key as keys_module
+
+    return entry, stats, store, toolchain, values, keys_module
 
 
 class CompileCache:
@@ -77,6 +89,8 @@ class CompileCache:
         if dispatcher is None or self._bypass or not settings.enabled():
             return None
         started = time.perf_counter()
+        _, stats, store, _, values, keys = _parts()
+        Unkeyable = values.Unkeyable
         try:
             argtypes = numba_cuda.normalize_argtypes(sig)
             cc = current_cc()
@@ -139,6 +153,8 @@ class CompileCache:
         if pending is None:
             return
         started = time.perf_counter()
+        _, stats, store, _, values, keys = _parts()
+        Unkeyable = values.Unkeyable
         key, cc, root = pending
         name = kernel_name(dispatcher)
         try:
@@ -182,6 +198,7 @@ def observe_device(made: Any) -> Any:
     were compiled from its current code and values (``key.mark_compiled``). A decorator
     (``jit("sig", device=True)``) is wrapped to do it once it has made the function."""
     if isinstance(made, numba_cuda.dispatcher_types()):
+        keys = _parts()[5]
         try:
             keys.mark_compiled(made, keys.device_digest(made))
         except Exception:  # noqa: BLE001 - unkeyable: its overloads stay keyed by their IR
@@ -200,6 +217,8 @@ def observe_device(made: Any) -> Any:
 
 
 def _encode(kernel: Any, key: keys.Key, cc: tuple[int, int, str]) -> bytes:
+    entry, _, _, toolchain, values, _ = _parts()
+    Unkeyable, digest = values.Unkeyable, values.digest
     try:
         record = numba_cuda.kernel_record(kernel, cc)
     except ValueError as e:
@@ -239,6 +258,8 @@ def _encode(kernel: Any, key: keys.Key, cc: tuple[int, int, str]) -> bytes:
 
 
 def _rebuild(dispatcher: Any, argtypes: tuple, key: keys.Key, cc: tuple, data: bytes) -> Any:
+    entry, _, _, toolchain, values, _ = _parts()
+    digest = values.digest
     header, blobs = entry.decode(toolchain.FORMAT, key.key, data)
     if tuple(header["cc"]) != tuple(cc):
         raise ValueError("another compute capability's entry")

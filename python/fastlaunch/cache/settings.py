@@ -25,6 +25,11 @@ DEFAULT_SIZE = 1 << 30
 _OFF = ("0", "off", "false", "no")
 _UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
+
+class CacheWarning(UserWarning):
+    """The compile cache could not be used as configured (kernels compile as without it)."""
+
+
 #: set by ``fastlaunch.cache.set_enabled`` (None: the environment decides)
 override: bool | None = None
 

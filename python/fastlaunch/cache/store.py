@@ -19,14 +19,10 @@ import tempfile
 import warnings
 
 from fastlaunch.cache import settings
+from fastlaunch.cache.settings import CacheWarning
 
 SUFFIX = ".flk"
 KERNELS = "kernels"
-
-
-class CacheWarning(UserWarning):
-    """The compile cache could not be used as configured (kernels compile as without it)."""
-
 
 _warned: set[str] = set()
 _unwritable: set[str] = set()

@@ -31,7 +31,6 @@ import functools
 import hashlib
 import os
 import sys
-import sysconfig
 import types
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -76,10 +75,14 @@ def is_library(module: str | None) -> bool:
     path = getattr(loaded, "__file__", None)
     if loaded is None or path is None:
         return loaded is not None or root in sys.builtin_module_names
-    return os.path.realpath(path).startswith(_STDLIB)
+    return os.path.realpath(path).startswith(_stdlib())
 
 
-_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+@functools.cache
+def _stdlib() -> str:
+    import sysconfig
+
+    return os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 
 
 def is_library_function(f: types.FunctionType) -> bool:
@@ -96,7 +99,7 @@ def _library_file(filename: str) -> bool:
     if not os.path.isabs(filename):
         return False
     path = os.path.realpath(filename)
-    if path.startswith(_STDLIB):
+    if path.startswith(_stdlib()):
         return True
     for root in LIBRARY_ROOTS:
         package = sys.modules.get(root)
@@ -108,6 +111,23 @@ def _library_file(filename: str) -> bool:
 
 def digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=32).digest()
+
+
+def token(tag: str, parts: tuple) -> bytes:
+    """The bytes a ``Walk.feed(tag, *parts)`` hashes: the tag, then each part's length and
+    bytes (text as UTF-8, anything else by ``repr``), then ``;``."""
+    chunks = [tag.encode()]
+    for part in parts:
+        if type(part) is bytes:
+            data = part
+        elif type(part) is str:
+            data = part.encode("utf-8", "surrogatepass")
+        else:
+            data = repr(part).encode()
+        chunks.append(len(data).to_bytes(4, "little"))
+        chunks.append(data)
+    chunks.append(b";")
+    return b"".join(chunks)
 
 
 # -- what a code object loads ------------------------------------------------------------------
@@ -191,20 +211,9 @@ class Walk:
     def digest(self) -> bytes:
         return self._hash.digest()
 
-    # tokens: a tag and a length-prefixed payload, so no two sequences feed the same bytes
+    # tokens: a tag and length-prefixed parts, so no two sequences feed the same bytes
     def feed(self, tag: str, *parts: Any) -> None:
-        update = self._hash.update
-        update(tag.encode())
-        for part in parts:
-            if isinstance(part, bytes):
-                data = part
-            elif isinstance(part, str):
-                data = part.encode("utf-8", "surrogatepass")
-            else:
-                data = repr(part).encode()
-            update(len(data).to_bytes(8, "little"))
-            update(data)
-        update(b";")
+        self._hash.update(token(tag, parts))
 
     def refuse(self, what: str) -> Unkeyable:
         where = " in ".join(reversed(self.path)) if self.path else "the kernel"
