@@ -433,18 +433,14 @@ MISSING = "must specify at least the griddim and blockdim"
             "griddim must be a sequence of integers, got [np.float64(2.0)]",
         ),
         (("2", 1), TypeError, "griddim must be a sequence of integers, got ['2']"),
-        (((0,), 1), ValueError, "griddim values must be positive and below 2**32, got [0]"),
-        ((1, -1), ValueError, "blockdim values must be positive and below 2**32, got [-1]"),
+        (((0,), 1), ValueError, "LaunchConfig.grid values must be >= 1 (got (0, 1, 1))"),
+        ((1, -1), ValueError, "LaunchConfig.block values must be >= 1 (got (-1, 1, 1))"),
         (
             (2**32, 1),
             ValueError,
             "griddim values must be positive and below 2**32, got [4294967296]",
         ),
-        (
-            (1, (1, 1, 0)),
-            ValueError,
-            "blockdim values must be positive and below 2**32, got [1, 1, 0]",
-        ),
+        ((1, (1, 1, 0)), ValueError, "LaunchConfig.block values must be >= 1 (got (1, 1, 0))"),
         ((None, 1), ValueError, missing_launch_config_msg.split("\n\nSee")[0].lstrip("\n")),
         (
             (1, 1, "stream"),

@@ -155,8 +155,8 @@ fn parse_dims(value: &Bound<'_, PyAny>, name: &str) -> Result<[u32; 3]> {
             shown()
         )));
     }
-    let mut dims = [1u32; 3];
-    for (slot, item) in dims.iter_mut().zip(&items) {
+    let mut values = [Some(1i64); 3];
+    for (slot, item) in values.iter_mut().zip(&items) {
         // SAFETY: PyIndex_Check only inspects the type's slots.
         let is_index =
             unsafe { ffi::PyIndex_Check(item.as_ptr()) } != 0 && !item.is_instance_of::<PyFloat>();
@@ -166,11 +166,35 @@ fn parse_dims(value: &Bound<'_, PyAny>, name: &str) -> Result<[u32; 3]> {
                 shown()
             )));
         }
-        let v: Option<i64> = item
+        *slot = item
             .call_method0(intern!(item.py(), "__index__"))?
             .extract()
             .ok();
-        *slot = v
+    }
+    let which = match name {
+        "griddim" => Some("grid"),
+        "blockdim" => Some("block"),
+        _ => None,
+    };
+    if let Some(which) = which.filter(|_| values.iter().any(|v| v.is_some_and(|v| v < 1))) {
+        // numba-cuda 0.30's message (cuda.core's LaunchConfig), over the padded dimensions
+        let padded: Vec<String> = values
+            .iter()
+            .zip(items.iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(value, item)| match (value, item) {
+                (Some(value), _) => value.to_string(),
+                (None, Some(item)) => item.to_string(),
+                (None, None) => "1".to_string(),
+            })
+            .collect();
+        return Err(Error::Value(format!(
+            "LaunchConfig.{which} values must be >= 1 (got ({}))",
+            padded.join(", ")
+        )));
+    }
+    let mut dims = [1u32; 3];
+    for (slot, value) in dims.iter_mut().zip(values) {
+        *slot = value
             .and_then(|v| u32::try_from(v).ok())
             .filter(|&v| v > 0)
             .ok_or_else(|| {
