@@ -1,0 +1,135 @@
+"""What each fresh-object call of the memory API asks of the driver, pinned: the cases of
+``benchmarks/driver_calls.py`` (and interface reads of a fresh and an old array), each run
+under ``install()`` on the counting driver (``benchmarks/timed_driver``) over the stand-in, the
+driver functions each call makes counted. A change that adds a driver call to one of these
+paths fails here; one that removes a call updates the count (and says why in its commit).
+
+Counts are per call of the case, over 40 calls after 500 untimed ones, in steady state: the
+freed-block cache full, the staging slots made. ``cuThreadExchangeStreamCaptureMode`` runs in
+pairs around a wait that must not break another thread's capture (``Driver::relaxed``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_cpu_memory_api import PRELUDE
+from test_cpu_timed_driver import timed_driver  # noqa: F401 (a fixture)
+
+ROOT = Path(__file__).parent.parent
+
+SOURCE = (
+    PRELUDE
+    + """
+import json
+from fastlaunch.dispatcher import numba_type
+from benchmarks.driver_calls import TimedDriver, cases, measure
+fl.install()
+from numba import cuda
+_core.set_pool_release_threshold(0, allocation.KEEP_EVERYTHING)  # as allocation.context() does
+
+@fl.jit
+def five(a, b, c, d, e):
+    pass
+
+arrays = tuple(cuda.device_array(4096, dtype=np.float32) for _ in range(5))
+fingerprint = _core.fingerprint(arrays)
+types = tuple(numba_type(d) for d in _core.describe(fingerprint))
+five._register(fingerprint, 90, types, _core.CompiledKernel(b"fake image", "fake_entry"))
+timed = TimedDriver(os.environ["FASTLAUNCH_CUDA_DRIVER"])
+found = cases(cuda, five, np)
+host = np.arange(8192, dtype=np.float32)
+old = cuda.to_device(host)
+cuda.synchronize()
+found["interface of a fresh to_device"] = lambda: cuda.to_device(host).__cuda_array_interface__
+found["interface of an old array"] = lambda: old.__cuda_array_interface__
+counts = {}
+for name, case in found.items():
+    driver = measure(case, 40, timed, cuda.synchronize)["driver"]
+    counts[name] = {function: round(calls, 2) for function, (calls, _) in driver.items()}
+print(json.dumps(counts))
+"""
+)
+
+CONTEXT = {"cuCtxGetCurrent": 1.0, "cuCtxGetId": 1.0}
+
+#: per call of each case: {driver function: calls}
+EXPECTED = {
+    # five device_array() and their frees: per allocation a context read and a capture check,
+    # per free the same; one mark for the five (the first follows a free, the others share it)
+    "numba: arrays_alone": {
+        "cuCtxGetCurrent": 10.0,
+        "cuCtxGetId": 10.0,
+        "cuEventRecord": 1.0,
+        "cuStreamIsCapturing": 10.0,
+    },
+    "numba: launch_new": {
+        "cuCtxGetCurrent": 11.0,
+        "cuCtxGetId": 11.0,
+        "cuEventRecord": 1.0,
+        "cuLaunchKernel": 1.0,
+        "cuStreamIsCapturing": 10.0,
+    },
+    "numba: launch_reused": {**CONTEXT, "cuLaunchKernel": 1.0},
+    # a pooled stream: the launch asks its capture state, its return to the pool too
+    "stream_alone": {"cuCtxGetCurrent": 1.0, "cuCtxGetId": 2.0, "cuStreamIsCapturing": 1.0},
+    "stream_new": {
+        "cuCtxGetCurrent": 2.0,
+        "cuCtxGetId": 3.0,
+        "cuLaunchKernel": 1.0,
+        "cuStreamIsCapturing": 2.0,
+    },
+    "one_stream": {**CONTEXT, "cuLaunchKernel": 1.0, "cuStreamIsCapturing": 1.0},
+    "device_array": {
+        "cuCtxGetCurrent": 2.0,
+        "cuCtxGetId": 2.0,
+        "cuEventRecord": 1.0,
+        "cuStreamIsCapturing": 2.0,
+    },
+    "d[1:-1]": {},
+    # the copy's mark and its slot's event; the slot's last copy asked (relaxed)
+    "to_device 32 KiB": {
+        "cuCtxGetCurrent": 3.0,
+        "cuCtxGetId": 3.0,
+        "cuEventQuery": 1.0,
+        "cuEventRecord": 2.0,
+        "cuMemcpyHtoDAsync_v2": 1.0,
+        "cuStreamIsCapturing": 3.0,
+        "cuThreadExchangeStreamCaptureMode": 2.0,
+    },
+    # as to_device, and the read's query of the copy's mark; the block, read by another
+    # library, is held on its free and goes to the pool after a synchronization every ten
+    "interface of a fresh to_device": {
+        "cuCtxGetCurrent": 3.0,
+        "cuCtxGetId": 4.0,
+        "cuCtxSynchronize": 0.1,
+        "cuEventQuery": 2.0,
+        "cuEventRecord": 2.0,
+        "cuMemAllocFromPoolAsync": 1.0,
+        "cuMemFreeAsync": 1.0,
+        "cuMemcpyHtoDAsync_v2": 1.0,
+        "cuStreamIsCapturing": 2.2,
+        "cuThreadExchangeStreamCaptureMode": 4.2,
+    },
+    # its copy known done: nothing, as numba-cuda's dictionary
+    "interface of an old array": {},
+}
+
+
+def test_fresh_object_calls_make_the_driver_calls_pinned(timed_driver: Path, stand_in_driver):  # noqa: F811
+    env = {
+        **os.environ,
+        "FASTLAUNCH_CUDA_DRIVER": str(timed_driver),
+        "TIMED_CUDA_REAL": str(stand_in_driver),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SOURCE], capture_output=True, text=True, timeout=300, env=env,
+        cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    counts = json.loads(done.stdout.splitlines()[-1])
+    assert counts == EXPECTED
