@@ -244,3 +244,66 @@ def test_the_key_does_not_depend_on_the_process_state_of_unrelated_objects():
     before = key_of(kernel)
     kernel_from(BODY.replace("SCALE", "3.0"))  # another kernel made meanwhile
     assert key_of(kernel) == before
+
+
+def test_a_jitable_function_that_changed_in_this_process_is_refused():
+    """numba compiles a ``register_jitable`` function once per process and keeps it: after its
+    values change, kernels calling it compile as without a cache."""
+    from numba.cuda.extending import register_jitable
+
+    namespace: dict = {"K": 2.0}
+    exec("def twice(x):\n    return x * K\n", namespace)
+    twice = register_jitable(namespace["twice"])
+    kernel, _ = kernel_from("def k(a, x):\n    a[0] = twice(x)\n", {"twice": twice})
+    before = key_of(kernel)
+    assert key_of(kernel) == before
+    namespace["K"] = 3.0
+    with pytest.raises(Unkeyable, match="changed since this process first used it"):
+        key_of(kernel)
+
+
+EXTENSION_CHANGED = """
+from numba.cuda.extending import overload
+import fastlaunch as fl
+from fastlaunch.cache import key as keys
+from fastlaunch.cache.values import Unkeyable
+from numba.cuda import types
+
+SHIFT = 1.0
+
+def shifted(x):
+    return x
+
+@overload(shifted, target="cuda")
+def ol_shifted(x):
+    def impl(x):
+        return x + SHIFT
+    return impl
+
+def k(a, x):
+    a[0] = shifted(x)
+
+kernel = fl.jit(k)
+argtypes = (types.float32[::1], types.float32)
+first = keys.overload_key(kernel.dispatcher, argtypes, (9, 0, "a")).key
+print(first == keys.overload_key(kernel.dispatcher, argtypes, (9, 0, "a")).key)
+SHIFT = 2.0
+try:
+    keys.overload_key(kernel.dispatcher, argtypes, (9, 0, "a"))
+except Unkeyable as refusal:
+    print("refused:", refusal)
+"""
+
+
+def test_an_extension_that_changed_in_this_process_makes_kernels_uncachable():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", EXTENSION_CHANGED], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "True"
+    assert lines[1].startswith("refused: a numba extension: __main__.")
+    assert "changed since this process first used it" in lines[1]

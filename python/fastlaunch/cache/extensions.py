@@ -9,7 +9,10 @@ the code of the functions that define it, walked as a kernel's code is (their gl
 closures included). Editing any extension then misses every kernel, which costs compiles,
 never a stale result.
 
-The registries only grow; their lengths tell when to walk them again (``digest``)."""
+The registries only grow; their lengths tell when to look through them again for registrations
+not numba's (``digest``). numba compiles an overload's implementation once per process, keeping
+the values it froze then: a registration whose code or values changed since the process first
+keyed it makes kernels uncachable for the rest of the process."""
 
 from __future__ import annotations
 
@@ -20,54 +23,53 @@ from typing import Any
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.cache.values import Unkeyable, Walk, is_library_function
 
-_memo: tuple[tuple, str | None, str | None] | None = None  # (lengths, digest, refusal)
+#: (the registries' lengths, the registrations not numba's: (kind, their user functions))
+_scan: tuple[tuple, list[tuple[str, Any, list[types.FunctionType]]]] | None = None
+#: id(item) -> (item, its user functions): which registrations are not numba's is found once
+_items: dict[int, tuple[Any, list[types.FunctionType]]] = {}
+#: id(registration) -> (it, its digest when first walked in this process)
+_first_seen: dict[int, tuple[Any, bytes]] = {}
 
 
 def digest(make_walk: Callable[[], Walk]) -> str:
     """One digest of every extension registered by code outside numba and numba-cuda; raises
-    ``Unkeyable`` if one of them cannot be keyed."""
-    global _memo
+    ``Unkeyable`` if one of them cannot be keyed, or changed since this process first used
+    it."""
+    global _scan
     registries = numba_cuda.extension_registries()
     lengths = tuple((name, len(items)) for name, items in sorted(registries.items()))
-    if _memo is not None and _memo[0] == lengths:
-        if _memo[2] is not None:
-            raise Unkeyable(_memo[2])
-        assert _memo[1] is not None
-        return _memo[1]
+    if _scan is None or _scan[0] != lengths:
+        _scan = (lengths, _registrations(registries))
     try:
-        found = _digest(registries, make_walk)
+        parts = [
+            _item_digest(kind, item, functions, make_walk) for kind, item, functions in _scan[1]
+        ]
     except Unkeyable as refusal:
-        _memo = (lengths, None, f"a numba extension: {refusal}")
-        raise Unkeyable(_memo[2]) from None
-    _memo = (lengths, found, None)
-    return found
-
-
-#: id(item) -> (item, digest of its user functions or None): registrations are walked once
-_items: dict[int, tuple[Any, bytes | None]] = {}
-
-
-def _digest(registries: dict[str, list], make_walk: Callable[[], Walk]) -> str:
-    parts = []
-    for kind, items in sorted(registries.items()):
-        for item in items:
-            known = _items.get(id(item))
-            if known is None or known[0] is not item:
-                known = (item, _item_digest(kind, item, make_walk))
-                _items[id(item)] = known
-            if known[1] is not None:
-                parts.append(known[1])
+        raise Unkeyable(f"a numba extension: {refusal}") from None
     walk = make_walk()
     walk.feed("extensions", len(parts), *sorted(parts))  # registration order does not matter
     return walk.hexdigest()
 
 
-def _item_digest(kind: str, item: Any, make_walk: Callable[[], Walk]) -> bytes | None:
-    if kind == "typeof":
-        item = item[1]  # the handler (the class it types is the argument's, not code)
-    functions = _user_functions(item)
-    if not functions:
-        return None
+def _registrations(
+    registries: dict[str, list],
+) -> list[tuple[str, Any, list[types.FunctionType]]]:
+    found = []
+    for kind, items in sorted(registries.items()):
+        for item in items:
+            known = _items.get(id(item))
+            if known is None or known[0] is not item:
+                known = (item, _user_functions(item[1] if kind == "typeof" else item))
+                _items[id(item)] = known
+            if known[1]:
+                found.append((kind, item, known[1]))
+    return found
+
+
+def _item_digest(kind: str, item: Any, functions: list, make_walk: Callable[[], Walk]) -> bytes:
+    """A registration's user functions, walked; refused (``Unkeyable``) if they changed since
+    this process first walked them: numba compiles an overload's implementation once per
+    process, keeping what it froze then."""
     walk = make_walk()
     walk.feed("x", kind)
     for f in functions:
@@ -76,7 +78,15 @@ def _item_digest(kind: str, item: Any, make_walk: Callable[[], Walk]) -> bytes |
             walk.function(f)
         finally:
             walk.path.pop()
-    return walk.digest()
+    found = walk.digest()
+    first = _first_seen.setdefault(id(item), (item, found))
+    if first[0] is item and first[1] != found:
+        f = functions[0]
+        raise Unkeyable(
+            f"{f.__module__}.{f.__qualname__} changed since this process first used it: "
+            "numba-cuda may keep code compiled from the earlier one"
+        )
+    return found
 
 
 def _user_functions(item: Any) -> list[types.FunctionType]:

@@ -95,6 +95,15 @@ class KeyWalk(Walk):
     def source_hexdigest(self) -> str:
         return self._source.hexdigest()
 
+    def callee(self, f: Any) -> None:
+        """A Python function the code refers to (a ``register_jitable`` function, an
+        ``@overload``'s implementation, ...): keyed on its own (``_callee``)."""
+        if is_library_function(f) and not (f.__closure__ or f.__defaults__ or f.__kwdefaults__):
+            self.function(f)
+            return
+        key, source = _callee(self, f)
+        self.feed_split("P", key, source)
+
     def sub(self, lines: bool) -> KeyWalk:
         walk = KeyWalk(lines)
         walk.path, walk.found = self.path, self.found
@@ -243,6 +252,38 @@ def _special(walk: Walk, value: Any) -> bool:
         walk.function(definition)
         return True
     return False
+
+
+#: a Python function met as a callee -> its source digest when the cache first met it in this
+#: process (numba compiles such functions once per process, keeping what they froze then)
+_first_seen: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _callee(walk: KeyWalk, f: Any) -> tuple[str, str]:
+    """A Python function a kernel refers to, walked on its own: (key digest, source digest).
+    numba compiles a ``register_jitable`` function or an overload's implementation once per
+    process and keeps that code, with the values it froze then; so one whose code or values
+    changed since the cache first met it in this process is refused (``Unkeyable``): the
+    kernel compiles as without a cache."""
+    digests: dict[int, Any] = walk.found["digests"]
+    known = digests.get(id(f))
+    if known == _IN_PROGRESS:  # a recursive function
+        cycle = f"cycle {f.__module__}.{f.__qualname__}"
+        return cycle, cycle
+    if known is not None:
+        return known[1]
+    digests[id(f)] = _IN_PROGRESS
+    sub = walk.sub(walk.lines)
+    sub.function(f)
+    result = (sub.hexdigest(), sub.source_hexdigest())
+    digests[id(f)] = (f, result)
+    first = _first_seen.setdefault(f, result[1])
+    if first != result[1]:
+        raise Unkeyable(
+            f"{f.__module__}.{f.__qualname__} (or a value it reads) changed since this process "
+            "first used it: numba-cuda may keep code compiled from the earlier one"
+        )
+    return result
 
 
 def _device(walk: KeyWalk, dispatcher: Any, lines: bool) -> tuple[str, str]:

@@ -267,7 +267,7 @@ class Walk:
         elif self.special is not None and self.special(self, v):
             pass
         elif isinstance(v, types.FunctionType):
-            self.function(v)
+            self.callee(v)
         elif isinstance(v, types.ModuleType):
             self.feed("M", v.__name__)
         elif isinstance(v, type):
@@ -376,6 +376,11 @@ class Walk:
         self.feed("B", module, v.__qualname__)
 
     # -- functions -----------------------------------------------------------------------------
+
+    def callee(self, f: types.FunctionType) -> None:
+        """A function met as a value (not the kernel itself): walked where it is met here;
+        ``key.KeyWalk`` keys it on its own, and refuses one that changed in the process."""
+        self.function(f)
 
     def function(self, f: types.FunctionType, lines: bool | None = None) -> None:
         """A Python function: a library's by name; any other by its code, its defaults, and
