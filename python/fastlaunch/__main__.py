@@ -223,9 +223,17 @@ def _numba_cuda_settings() -> Iterator[tuple[str, Callable[[], object]]]:
         user = numba_cuda.user_cache_dir()
         return f"__pycache__ beside each source file; where not writable, {user}"
 
+    def compile_cache() -> str:
+        from fastlaunch.cache import settings
+
+        if not settings.enabled():
+            return f"off ({settings.ENV_CACHE}=0)"
+        return f"{settings.directory()} (python -m fastlaunch cache)"
+
     yield "version", version
     yield "launch-config API", launch_config_api
     yield "cache=True dir", cache
+    yield "compile cache", compile_cache
     yield "per-thread stream", lambda: bool(config().CUDA_PER_THREAD_DEFAULT_STREAM)
     yield "CAI sync", lambda: bool(config().CUDA_ARRAY_INTERFACE_SYNC)
     yield "default PTX cc", lambda: ".".join(map(str, config().CUDA_DEFAULT_PTX_CC))
