@@ -653,9 +653,7 @@ def pipeline_class(dispatcher: Any) -> type:
 @functools.cache
 def _config_names() -> tuple[str, ...]:
     skip = {"CACHE_DIR", "DEBUG_CACHE", "CACHE_LOCATOR_CLASSES"}
-    return tuple(
-        sorted(n for n in vars(config()) if n.isupper() and n not in skip and n[0] != "_")
-    )
+    return tuple(sorted(n for n in vars(config()) if n.isupper() and n not in skip and n[0] != "_"))
 
 
 def config_snapshot() -> tuple[tuple[str, ...], list]:
@@ -793,15 +791,16 @@ def cudadevrt_path() -> str | None:
         return str(libs.get_cudalib("cudadevrt", static=True))
 
 
-def extension_registries() -> dict[str, list]:
-    """The registries numba-cuda types and lowers with, by kind: typing templates
-    (``functions``, ``attributes``), typed globals, lowering implementations, ``typeof``
-    handlers and data models. Where user code registers ``@overload``, ``@intrinsic``,
-    ``@lower_builtin``, ``typeof_impl.register``, ``register_model``, ..."""
+def extension_registries() -> dict[str, list[list]]:
+    """The registries numba-cuda types and lowers with, by kind, as the lists they hold
+    (not copied: they only grow): typing templates (``functions``, ``attributes``), typed
+    globals, lowering implementations, ``typeof`` handlers and data models. Where user code
+    registers ``@overload``, ``@intrinsic``, ``@lower_builtin``, ``typeof_impl.register``,
+    ``register_model``, ..."""
     from numba.cuda.core import imputils
     from numba.cuda.typing import templates
 
-    found: dict[str, list] = {"typing": [], "globals": [], "lowering": [], "typeof": []}
+    found: dict[str, list[list]] = {"typing": [], "globals": [], "lowering": []}
     typing_registries = [templates.builtin_registry]
     lowering_registries = [imputils.builtin_registry]
     try:
@@ -816,25 +815,24 @@ def extension_registries() -> dict[str, list]:
         if id(registry) in seen:
             continue
         seen.add(id(registry))
-        found["typing"] += list(getattr(registry, "functions", ()))
-        found["typing"] += list(getattr(registry, "attributes", ()))
-        found["globals"] += list(getattr(registry, "globals", ()))
+        found["typing"] += [getattr(registry, "functions", []), getattr(registry, "attributes", [])]
+        found["globals"].append(getattr(registry, "globals", []))
     for registry in lowering_registries:
         if id(registry) in seen:
             continue
         seen.add(id(registry))
         for name in ("functions", "getattrs", "setattrs", "casts", "constants"):
-            found["lowering"] += list(getattr(registry, name, ()))
+            found["lowering"].append(getattr(registry, name, []))
     try:
         from numba.cuda.typing.typeof import typeof_impl
 
-        found["typeof"] = list(typeof_impl.registry.items())
+        found["typeof"] = [typeof_impl.registry]  # a mapping: its items are read
     except Exception:
         pass
     try:
         from numba.cuda import models
 
-        found["models"] = list(getattr(models.cuda_data_manager, "_handlers", {}).items())
+        found["models"] = [getattr(models.cuda_data_manager, "_handlers", {})]
     except Exception:
         pass
     return found

@@ -37,7 +37,9 @@ def digest(make_walk: Callable[[], Walk]) -> str:
     it."""
     global _scan
     registries = numba_cuda.extension_registries()
-    lengths = tuple((name, len(items)) for name, items in sorted(registries.items()))
+    lengths = tuple(
+        (name, tuple(len(part) for part in parts)) for name, parts in sorted(registries.items())
+    )
     if _scan is None or _scan[0] != lengths:
         _scan = (lengths, _registrations(registries))
     try:
@@ -52,10 +54,15 @@ def digest(make_walk: Callable[[], Walk]) -> str:
 
 
 def _registrations(
-    registries: dict[str, list],
+    registries: dict[str, list[Any]],
 ) -> list[tuple[str, Any, list[types.FunctionType]]]:
     found = []
-    for kind, items in sorted(registries.items()):
+    for kind, parts in sorted(registries.items()):
+        items = [
+            item
+            for part in parts
+            for item in (list(part.items()) if hasattr(part, "items") else part)
+        ]
         for item in items:
             known = _items.get(id(item))
             if known is None or known[0] is not item:

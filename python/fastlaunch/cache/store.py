@@ -91,8 +91,28 @@ def write(root: str, key: str, data: bytes) -> bool:
             f"(set {settings.ENV_DIR} to a writable folder, or {settings.ENV_CACHE}=0)",
         )
         return False
-    evict(root, settings.size_limit())
+    _after_write(root, len(data))
     return True
+
+
+#: per folder: (bytes the entries took at this process's last look + what it wrote since,
+#: writes since that look)
+_estimates: dict[str, tuple[int, int]] = {}
+#: a process looks at the whole folder again after this many writes (others write too)
+LOOK_EVERY = 32
+
+
+def _after_write(root: str, size: int) -> None:
+    """Evicts past the size bound, looking at the whole folder only at this process's first
+    write, every ``LOOK_EVERY`` writes, or when its estimate passes the bound."""
+    limit = settings.size_limit()
+    estimate = _estimates.get(root)
+    if estimate is not None:
+        total, writes = estimate[0] + size, estimate[1] + 1
+        if total <= limit and writes < LOOK_EVERY:
+            _estimates[root] = (total, writes)
+            return
+    _estimates[root] = (_evict(root, limit)[1], 0)
 
 
 def entries(root: str) -> list[tuple[float, int, str]]:
@@ -123,10 +143,15 @@ def evict(root: str, limit: int) -> int:
     """Deletes the least recently used entries while they take more than ``limit`` bytes, down
     to 90% of it; returns how many it deleted. Another process deleting the same file at the
     same time is harmless."""
+    return _evict(root, limit)[0]
+
+
+def _evict(root: str, limit: int) -> tuple[int, int]:
+    """(entries deleted, bytes the entries take after)."""
     found = entries(root)
     total = sum(size for _, size, _ in found)
     if total <= limit:
-        return 0
+        return 0, total
     target = limit * 9 // 10
     deleted = 0
     for _, size, path in sorted(found):
@@ -138,7 +163,7 @@ def evict(root: str, limit: int) -> int:
         except OSError:
             pass
         total -= size
-    return deleted
+    return deleted, total
 
 
 def usage(root: str) -> tuple[int, int]:
