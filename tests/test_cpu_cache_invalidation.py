@@ -35,9 +35,9 @@ PROGRAM = (
     textwrap.dedent(
         """
     import json, os, struct, sys
-    if os.environ.get("SIMULATED_VERSION"):
+    if os.environ.get("SIMULATED_VERSION"):  # another build of the same release
         import numba_cuda
-        numba_cuda.__version__ = os.environ["SIMULATED_VERSION"]
+        numba_cuda.__version__ += os.environ["SIMULATED_VERSION"]
     import numpy as np
     from numba import cuda
     from numba.cuda import types
@@ -177,7 +177,7 @@ def runs(numba_stand_in: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     os.utime(restored, (stamp, stamp))
     found["after"] = _finish(_run(project, numba_stand_in, cache, FRESH="1"))
     # the simulated version and compute capability: side by side (different keys)
-    version = _run(project, numba_stand_in, cache, SIMULATED_VERSION="0.30.99")
+    version = _run(project, numba_stand_in, cache, SIMULATED_VERSION="+local")
     cc = _run(project, numba_stand_in, cache, FAKE_CC="8.6")
     found["version"], found["cc"] = _finish(version), _finish(cc)
     return found
