@@ -361,6 +361,11 @@ def _run_one(
     cmd += ["--result-file", str(result_file)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop(INSTALL_ENV, None)
+    # fastlaunch's compile cache (on by default) gets a folder per module run, so that no run
+    # loads kernels an earlier run compiled (numba-cuda's tests watch compiles: warnings
+    # given while compiling, statistics), and no run leaves kernels for another
+    cache = workdir / f"{module}.{mode}.fastlaunch-cache"
+    env.setdefault("FASTLAUNCH_CACHE_DIR", str(cache))
     started = time.monotonic()
     timed_out = False
     with log_file.open("wb") as log:
