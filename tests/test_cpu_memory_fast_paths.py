@@ -218,3 +218,22 @@ print(arrays.device_array((3, 4), plain, order="F").strides)
     )
     plain, tagged = "True True None (32, 8)", "True True {'unit': 'm'} (32, 8)"
     assert lines == ["True False"] + [plain, plain, tagged, tagged] * 2 + ["(8, 24)"]
+
+
+def test_a_zero_dimensional_copy_takes_the_general_path(run_on_stand_in):
+    """numba-cuda's `d[a:b] = scalar` on an array bound to a stream copies the scalar as a
+    0-d array (`auto_device`): it has no strides, and the fast path's check must not fail on
+    them (found by the threaded stress on the GPU: `min()` of no strides raised)."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from fastlaunch.memory import install
+install.install()
+from numba import cuda
+scalar = fl.to_device(np.array(2.5))
+scalar.copy_to_device(np.array(4.0))
+print(scalar.copy_to_host())
+print(transfers.plain_match(scalar, np.array(1.0)))
+"""
+    )
+    assert lines == ["4.0", "True"]

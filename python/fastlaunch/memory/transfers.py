@@ -200,8 +200,9 @@ def plain_match(device: Any, host: Any) -> bool:
         return False
     if dtype is not device.dtype and dtype != device.dtype:
         return False
-    # (a contiguous array may have a zero or negative stride on an extent of 1)
-    if dtype.kind not in _BUFFER_KINDS or not host.size or min(strides) <= 0:
+    # (a contiguous array may have a zero or negative stride on an extent of 1; a 0-d array,
+    # numba-cuda's copy of a scalar, has none)
+    if dtype.kind not in _BUFFER_KINDS or not host.size or (strides and min(strides) <= 0):
         return False
     flags = host.flags
     return flags.c_contiguous or flags.f_contiguous
