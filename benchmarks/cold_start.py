@@ -256,9 +256,10 @@ def measure(cases: list[str], kernels: int, repeats: int) -> dict[str, Any]:
             for case in order:
                 report = run_case(case, folder, envs[case]())
                 found[case].append(report)
+                launches, to_result = sum(report["launch_ms"]), report["to_result_ms"]
                 print(
                     f"round {round_ + 1}/{repeats} {case:18} first launches "
-                    f"{sum(report['launch_ms']):8.1f} ms, to result {report['to_result_ms']:7.0f} ms"
+                    f"{launches:8.1f} ms, to result {to_result:7.0f} ms"
                 )
         return summarize(found, kernels)
     finally:

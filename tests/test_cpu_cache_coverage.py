@@ -6,8 +6,9 @@ The program is given as ``python -c`` source (no file, as in a notebook), runs u
 nothing runs), and has: a lazily compiled kernel, explicit signatures (one, and a list), a
 kernel calling a device function given a signature, a cooperative kernel (grid sync: linked
 with libcudadevrt), a kernel linking CUDA C++ (``link=``), ``specialize()``, a CUDA ufunc, a
-gufunc, ``cuda.reduce``, and one kernel the cache cannot key (it freezes a global device array),
-which compiles in both runs and is named, with its reason, by ``python -m fastlaunch cache``.
+gufunc, ``cuda.reduce``, a ``debug=True`` kernel raising an exception, and one kernel the
+cache cannot key (it freezes a global device array), which compiles in both runs and is
+named, with its reason, by ``python -m fastlaunch cache``.
 
 numba-cuda's own compiles are counted (``_Kernel.__init__``): a hit compiles nothing."""
 
@@ -104,6 +105,16 @@ PROGRAM = (
 
     total = cuda.reduce(lambda p, q: p + q)
 
+    class TooFar(Exception):
+        pass
+
+    @cuda.jit(debug=True, opt=False)
+    def debugged(a, x):
+        i = cuda.grid(1)
+        if i >= a.size:
+            raise TooFar("past the end")
+        a[i] = x
+
     frozen = cuda.to_device(np.arange(4, dtype=np.float32))
 
     @cuda.jit
@@ -125,6 +136,9 @@ PROGRAM = (
     gufunc(cuda.device_array((8, 4), np.float32))
     total(a)
     freezes_a_device_array[1, 1](a)
+    debugged[1, 64](a, x)
+    (debug_overload,) = debugged.overloads.values()
+    raised = [(c.__name__, args) for c, args, _ in debug_overload.call_helper.exceptions.values()]
 
     KERNELS = {k.__name__: (k, f32) for k in (lazy, explicit, explicit_list, calls_device, linked)}
     KERNELS["cooperative"] = (cooperative, (types.float32[::1],))
@@ -134,6 +148,7 @@ PROGRAM = (
         "hits": info["hits"], "misses": info["misses"], "stores": info["stores"],
         "uncachable": info["uncachable_kernels"],
         "cooperative": bool(cooperative.overloads[(types.float32[::1],)].cooperative),
+        "raised": raised,
     }))
     """
     )
@@ -153,6 +168,7 @@ KERNELS_COMPILED = [
     "__gufunc_gufunc",
     "gpu_reduce_block_strided",
     "freezes_a_device_array",
+    "debugged",
 ]
 
 
@@ -202,6 +218,7 @@ def test_the_first_run_compiles_and_stores_every_kernel(runs):
     assert counts["hits"] == 0
     assert counts["stores"] == counts["misses"] == len(KERNELS_COMPILED) - 1
     assert counts["cooperative"]
+    assert counts["raised"] == [["TooFar", ["past the end"]]]
 
 
 def test_the_second_run_compiles_nothing_but_what_cannot_be_keyed(runs):
@@ -210,6 +227,8 @@ def test_the_second_run_compiles_nothing_but_what_cannot_be_keyed(runs):
     assert counts["hits"] == len(KERNELS_COMPILED) - 1
     assert (counts["misses"], counts["stores"]) == (0, 0)
     assert counts["cooperative"]
+    # a debug kernel's table of the exceptions it raises, which its launches read back
+    assert counts["raised"] == [["TooFar", ["past the end"]]]
 
 
 def test_hits_are_the_code_a_fresh_compile_gives(runs):

@@ -892,12 +892,20 @@ def call_helper_record(helper: Any, debug: bool) -> list | None:
     table = []
     for code, (cls, args, location) in exceptions.items():
         entry = [code, cls.__module__, cls.__qualname__, _json_plain(args), _json_plain(location)]
-        if None in (entry[3], entry[4]) and (args, location) != (None, None):
+        storable = _class_named(cls.__module__, cls.__qualname__) is cls and None not in entry
+        if not storable:
             if debug:
-                raise ValueError(f"the arguments of its {cls.__qualname__} cannot be stored")
+                raise ValueError(f"its {cls.__qualname__} (raised in the kernel) cannot be stored")
             return []
         table.append(entry)
     return table
+
+
+def _class_named(module: str, qualname: str) -> Any:
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found
 
 
 def _json_plain(value: Any) -> Any:
@@ -928,9 +936,7 @@ def rebuild_call_helper(table: list | None) -> Any:
 
     helper = _MinimalCallHelper()
     for code, module, qualname, args, location in table:
-        cls: Any = sys.modules.get(module)
-        for part in qualname.split("."):
-            cls = getattr(cls, part, None)
+        cls = _class_named(module, qualname)
         if not isinstance(cls, type):
             raise LookupError(f"exception class {module}.{qualname} not found")
         helper.exceptions[code] = (cls, _from_json(args), _from_json(location))

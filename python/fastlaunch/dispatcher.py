@@ -410,7 +410,7 @@ class Kernel(_core.Kernel):
             started = time.perf_counter()
             kernel = self._compile_for_launch(argtypes, configuration)
             _log.debug(
-                "compiled %s(%s) in %.0f ms",
+                "compiled (or loaded from the compile cache) %s(%s) in %.0f ms",
                 self.__qualname__,
                 ", ".join(map(str, argtypes)),
                 (time.perf_counter() - started) * 1e3,
