@@ -209,7 +209,8 @@ def run_case(case: str, folder: Path, env: dict[str, str]) -> dict[str, Any]:
 
 def environments(scratch: Path, cases: list[str]) -> dict[str, Any]:
     """Per case, how to make the environment of one measured run (after any filling run)."""
-    base = {k: v for k, v in os.environ.items() if k not in ("FASTLAUNCH_CACHE", "NUMBA_CACHE_DIR")}
+    unset = ("FASTLAUNCH_CACHE", "FASTLAUNCH_CACHE_DIR", "FASTLAUNCH_INSTALL", "NUMBA_CACHE_DIR")
+    base = {k: v for k, v in os.environ.items() if k not in unset}
     base["PYTHONWARNINGS"] = "ignore"
     base["NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"] = "0"
     made: dict[str, Any] = {}

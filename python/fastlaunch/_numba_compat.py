@@ -791,16 +791,20 @@ def cudadevrt_path() -> str | None:
         return str(libs.get_cudalib("cudadevrt", static=True))
 
 
+#: (which registries, what extension_registries found in them, the registries held alive)
+_registries_memo: tuple[tuple, dict[str, list[list]], list] | None = None
+
+
 def extension_registries() -> dict[str, list[list]]:
     """The registries numba-cuda types and lowers with, by kind, as the lists they hold
     (not copied: they only grow): typing templates (``functions``, ``attributes``), typed
     globals, lowering implementations, ``typeof`` handlers and data models. Where user code
     registers ``@overload``, ``@intrinsic``, ``@lower_builtin``, ``typeof_impl.register``,
     ``register_model``, ..."""
+    global _registries_memo
     from numba.cuda.core import imputils
     from numba.cuda.typing import templates
 
-    found: dict[str, list[list]] = {"typing": [], "globals": [], "lowering": []}
     typing_registries = [templates.builtin_registry]
     lowering_registries = [imputils.builtin_registry]
     try:
@@ -810,6 +814,10 @@ def extension_registries() -> dict[str, list[list]]:
         lowering_registries += list(getattr(cuda_target.target_context, "_registries", {}))
     except Exception:
         pass
+    which = (tuple(map(id, typing_registries)), tuple(map(id, lowering_registries)))
+    if _registries_memo is not None and _registries_memo[0] == which:
+        return _registries_memo[1]  # the same registries: their lists, as they are now
+    found: dict[str, list[list]] = {"typing": [], "globals": [], "lowering": []}
     seen: set[int] = set()
     for registry in typing_registries:
         if id(registry) in seen:
@@ -835,6 +843,7 @@ def extension_registries() -> dict[str, list[list]]:
         found["models"] = [getattr(models.cuda_data_manager, "_handlers", {})]
     except Exception:
         pass
+    _registries_memo = (which, found, typing_registries + lowering_registries)
     return found
 
 
