@@ -21,7 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 from fastlaunch import _numba_compat as numba_cuda
-from fastlaunch.cache.values import Unkeyable, Walk, is_library_function
+from fastlaunch.cache.values import Unkeyable, Walk, is_library, is_library_function
+
+FunctionType = types.FunctionType
 
 #: (the registries' lengths, the registrations not numba's: (kind, their user functions))
 _scan: tuple[tuple, list[tuple[str, Any, list[types.FunctionType]]]] | None = None
@@ -100,33 +102,41 @@ def _user_functions(item: Any) -> list[types.FunctionType]:
     """The Python functions, not numba's or numba-cuda's, that define a registration: a
     template class's (``_overload_func``, ``_definition_func``, its methods), a lowering
     entry's, a ``typeof`` handler, a data model's methods; and those one level inside the
-    closures of numba's own decorators that wrap them (``type_callable``'s ``generic``)."""
-    candidates: list[Any] = []
-    if isinstance(item, tuple):
-        candidates.extend(item)
-    else:
-        candidates.append(item)
-    functions: list[types.FunctionType] = []
-    for candidate in candidates:
-        if isinstance(candidate, types.FunctionType):
-            functions.append(candidate)
+    closures of numba's own decorators that wrap them (``type_callable``'s ``generic``).
+    A class defined in numba's own source (not made by its template factories, whose classes
+    say ``abc``) holds numba's methods only. Thousands of numba's registrations pass through
+    here once per process: it is kept lean."""
+    found: dict[int, types.FunctionType] | None = None
+    for candidate in item if type(item) is tuple else (item,):
+        kind = type(candidate)
+        if kind is FunctionType:
+            functions: Any = (candidate,)
         elif isinstance(candidate, type):
-            for value in vars(candidate).values():
-                if isinstance(value, staticmethod | classmethod):
-                    value = value.__func__
-                if isinstance(value, types.FunctionType):
-                    functions.append(value)
-    found: list[types.FunctionType] = []
-    for f in functions:
-        if not is_library_function(f):
-            found.append(f)
-            continue
-        for cell in f.__closure__ or ():
-            try:
-                inner = cell.cell_contents
-            except ValueError:
+            module = candidate.__dict__.get("__module__")
+            if type(module) is str and module != "abc" and is_library(module):
                 continue
-            if isinstance(inner, types.FunctionType) and not is_library_function(inner):
-                found.append(inner)
-    unique = {id(f): f for f in found}
-    return sorted(unique.values(), key=lambda f: (f.__module__ or "", f.__qualname__))
+            functions = candidate.__dict__.values()
+        else:
+            continue
+        for f in functions:
+            if type(f) is not FunctionType:
+                if type(f) not in (staticmethod, classmethod):
+                    continue
+                f = f.__func__
+                if type(f) is not FunctionType:
+                    continue
+            if not is_library_function(f):
+                found = found or {}
+                found[id(f)] = f
+                continue
+            for cell in f.__closure__ or ():
+                try:
+                    inner = cell.cell_contents
+                except ValueError:
+                    continue
+                if type(inner) is FunctionType and not is_library_function(inner):
+                    found = found or {}
+                    found[id(inner)] = inner
+    if not found:
+        return []
+    return sorted(found.values(), key=lambda f: (f.__module__ or "", f.__qualname__))
