@@ -172,9 +172,9 @@ def test_scalars_at_and_past_the_edges_give_what_numba_cuda_gives(edge_ufunc, lo
         assert by_scalar[repr(np.uint64(2**63))][:2] == ("raised", OverflowError)
         assert by_scalar[repr(NAN)][:2] == ("raised", ValueError)
         assert by_scalar[repr(np.float64(NAN))][:2] == ("raised", ValueError)
-    if loop == "float32":  # a complex into a real loop: one ComplexWarning, as numba-cuda's
-        (warned,) = got[SCALARS.index(next(s for s in SCALARS if type(s) is np.complex64))][-1]
-        assert warned[0] is np.exceptions.ComplexWarning
+    if loop == "float32":  # a complex into a real loop warns at most once (NumPy 2.5: never)
+        index = SCALARS.index(next(s for s in SCALARS if type(s) is np.complex64))
+        assert len(got[index][-1]) <= 1
 
 
 def test_a_python_int_takes_the_loop_of_its_numpy_type(signed_or_unsigned):

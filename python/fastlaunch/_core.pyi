@@ -64,6 +64,7 @@ __all__ = [
     "forget_context",
     "at_exit",
     "settle_export",
+    "InterfaceProperty",
     "mem_alloc",
     "mem_free",
     "PoolRelease",
@@ -413,6 +414,18 @@ def mem_free(pointer: int, stream: int = 0, context: int | None = None) -> None:
     """Frees ``pointer`` on ``stream``, after all work already enqueued there and the work on
     non-blocking streams since the last free, in the context whose key is ``context``
     (nothing, when it was destroyed since)."""
+
+@final
+class InterfaceProperty:
+    """numba-cuda's ``__cuda_array_interface__`` property (``getter``), then
+    ``settle_export``: what ``install()`` puts on numba-cuda's arrays. Read-only."""
+
+    def __new__(cls, getter: Any) -> InterfaceProperty: ...
+    def __get__(self, instance: Any, owner: Any = None, /) -> Any: ...
+    def __set__(self, instance: Any, value: Any, /) -> None: ...
+    @property
+    def fget(self) -> Any:
+        """numba-cuda's own getter."""
 
 @final
 class PoolRelease:

@@ -65,7 +65,7 @@ def _places() -> list[tuple[Any, str, Any]]:
     places += [(driver, name, new) for name, new in DRIVER.items()]
     places += [(device_array_class, name, new) for name, new in METHODS.items()]
     base = numba_cuda.devicearray().DeviceNDArrayBase
-    places.append((base, "__cuda_array_interface__", transfers.CUDA_ARRAY_INTERFACE))
+    places.append((base, "__cuda_array_interface__", transfers.interface_property()))
     places.append((driver.Context, "reset", closing.reset))
     places += [(driver.Event, name, new) for name, new in events.EVENT_METHODS.items()]
     places += [(driver.Stream, name, new) for name, new in events.STREAM_METHODS.items()]

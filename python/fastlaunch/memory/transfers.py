@@ -167,21 +167,28 @@ def copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
 
 def cuda_array_interface(self: Any) -> Any:
     """numba-cuda's ``__cuda_array_interface__``, read by another library on streams fastlaunch
-    cannot see. numba-cuda's copies to the device and allocations are synchronous; fastlaunch
-    enqueues them on the legacy stream, so before the dictionary is handed out the array's
-    own pending work there (a staged copy into it, its allocation after a free) is waited for
-    on the host, without the GIL and in the relaxed capture mode (no capture refuses it or is
-    broken by it), whatever stream the array is bound to: at once, with no driver call, when
-    none is pending. Its block is then freed as numba-cuda frees memory, after all the
-    context's work (``rust/ext/src/memory/exports.rs``)."""
-    base = numba_cuda.devicearray().DeviceNDArrayBase
-    interface = original(base, "__cuda_array_interface__").fget(self)
-    _core.settle_export(self, interface["data"][0] or 0)
-    return interface
+    cannot see: what ``install()`` puts on numba-cuda's arrays (``interface_property``)."""
+    return interface_property().__get__(self, type(self))
 
 
-#: what ``install()`` puts on numba-cuda's device arrays
-CUDA_ARRAY_INTERFACE = property(cuda_array_interface)
+#: the property ``install()`` puts on numba-cuda's ``DeviceNDArrayBase``, made once
+_property: Any = None
+
+
+def interface_property() -> Any:
+    """numba-cuda's ``__cuda_array_interface__`` property wrapped in Rust
+    (``_core.InterfaceProperty``, no Python frame): numba-cuda's copies to the device and
+    allocations are synchronous; fastlaunch enqueues them on the legacy stream, so before the
+    dictionary is handed out the array's own pending work there (a staged copy into it, its
+    allocation after a free) is waited for on the host, without the GIL and in the relaxed
+    capture mode (no capture refuses it or is broken by it), whatever stream the array is
+    bound to: at once, with no driver call, when none is pending. Its block is then freed as
+    numba-cuda frees memory, after all the context's work (``rust/ext/src/memory/exports.rs``)."""
+    global _property
+    if _property is None:
+        base = numba_cuda.devicearray().DeviceNDArrayBase
+        _property = _core.InterfaceProperty(original(base, "__cuda_array_interface__").fget)
+    return _property
 
 
 def plain_match(device: Any, host: Any) -> bool:

@@ -94,6 +94,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::forget_context, m)?)?;
     m.add_function(wrap_pyfunction!(memory::at_exit, m)?)?;
     m.add_function(wrap_pyfunction!(memory::settle_export, m)?)?;
+    m.add_class::<memory::InterfaceProperty>()?;
     m.add_function(wrap_pyfunction!(memory::current_context_key, m)?)?;
     m.add_function(wrap_pyfunction!(memory::mem_alloc, m)?)?;
     m.add_function(wrap_pyfunction!(memory::mem_free, m)?)?;

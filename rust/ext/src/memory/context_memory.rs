@@ -121,6 +121,17 @@ pub(crate) fn context_memory(
     Ok(memory)
 }
 
+/// The memory state of the context whose key is `key`, if this process used it here and it
+/// was not forgotten since: the thread's last one when it is that context (no lock).
+pub(crate) fn memory_of(key: u64) -> Option<Arc<ContextMemory>> {
+    if let Some(memory) = LAST.with(|last| last.borrow().upgrade()) {
+        if memory.key == key {
+            return Some(memory);
+        }
+    }
+    known_context_memory(key)
+}
+
 /// Every context's memory state, for work that visits them all.
 pub(crate) fn all_context_memory() -> Vec<Arc<ContextMemory>> {
     CONTEXTS.lock().unwrap_or_else(|p| p.into_inner()).clone()

@@ -20,19 +20,67 @@ use crate::errors::Result;
 /// block of fastlaunch's (read with its `alloc_size`).
 #[pyfunction]
 pub(crate) fn settle_export(py: Python<'_>, array: &Bound<'_, PyAny>, pointer: u64) -> Result<()> {
-    let (start, end) = match pool_release_of(array) {
+    match pool_release_of(array) {
         Some(release) => {
             let release = release.get();
             release.note_exported();
-            let (address, nbytes) = release.block();
-            (address, address.saturating_add(nbytes.max(1)))
+            let (address, nbytes, context) = release.block();
+            settle_range(
+                py,
+                address,
+                address.saturating_add(nbytes.max(1)),
+                Some(context),
+            )
         }
         None => {
             let nbytes: u64 = array.getattr(intern!(py, "alloc_size"))?.extract()?;
-            (pointer, pointer.saturating_add(nbytes.max(1)))
+            settle_range(py, pointer, pointer.saturating_add(nbytes.max(1)), None)
         }
-    };
-    settle_range(py, start, end)
+    }
+}
+
+/// What `install()` puts on numba-cuda's `DeviceNDArrayBase` as `__cuda_array_interface__`:
+/// numba-cuda's own property (`getter`), then [`settle_export`], with no Python frame around
+/// them. Read-only, as numba-cuda's property is.
+#[pyclass(frozen, module = "fastlaunch._core")]
+pub(crate) struct InterfaceProperty {
+    getter: Py<PyAny>,
+}
+
+#[pymethods]
+impl InterfaceProperty {
+    #[new]
+    fn new(getter: Py<PyAny>) -> Self {
+        InterfaceProperty { getter }
+    }
+
+    fn __get__<'py>(
+        slf: &Bound<'py, Self>,
+        array: Option<&Bound<'py, PyAny>>,
+        _owner: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let Some(array) = array.filter(|array| !array.is_none()) else {
+            return Ok(slf.clone().into_any()); // read on the class
+        };
+        let interface = slf.get().getter.bind(py).call1((array,))?;
+        let data = interface.get_item(intern!(py, "data"))?.get_item(0)?;
+        let pointer: Option<u64> = data.extract()?;
+        settle_export(py, array, pointer.unwrap_or(0))?;
+        Ok(interface)
+    }
+
+    fn __set__(&self, _array: &Bound<'_, PyAny>, _value: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(pyo3::exceptions::PyAttributeError::new_err(
+            "property '__cuda_array_interface__' has no setter",
+        ))
+    }
+
+    /// numba-cuda's own getter.
+    #[getter]
+    fn fget(&self, py: Python<'_>) -> Py<PyAny> {
+        self.getter.clone_ref(py)
+    }
 }
 
 /// The release of the pool block behind `array`: its `gpu_data` is an `OwnedPointer` whose

@@ -41,7 +41,7 @@ use crate::devices::driver;
 use crate::errors::{Error, Result};
 
 pub(crate) use context_memory::{at_exit, context_memory, forget_context};
-pub(crate) use exports::settle_export;
+pub(crate) use exports::{settle_export, InterfaceProperty};
 pub(crate) use handles::{
     context_synchronize, event_create, event_destroy, event_elapsed_ms, event_query, event_record,
     event_synchronize, stream_create, stream_destroy, stream_query, stream_synchronize,

@@ -40,7 +40,7 @@ use fastlaunch_driver::{
 };
 use pyo3::prelude::*;
 
-use super::context_memory::{all_context_memory, context_memory, ContextMemory};
+use super::context_memory::{all_context_memory, context_memory, memory_of, ContextMemory};
 use super::stream_ordering::{FollowedStream, FreePoint, StreamOrdering, FOLLOWED_STREAMS};
 use crate::errors::Result;
 use crate::made_streams;
@@ -523,17 +523,29 @@ pub(crate) fn newest_mark(memory: &ContextMemory) -> u64 {
 /// What `__cuda_array_interface__` (and DLPack) of a device array needs before another
 /// library reads `[start, end)` on a stream fastlaunch cannot see: waits on the host (see
 /// the module's text) for the newest mark of that range's own work, in the context whose
-/// memory it is; at once, with no driver call, when none is pending.
-pub(crate) fn settle_range(py: Python<'_>, start: u64, end: u64) -> Result<()> {
+/// memory it is (`context`: its key, where known; else every context is asked); at once,
+/// with no driver call, when none is pending.
+pub(crate) fn settle_range(
+    py: Python<'_>,
+    start: u64,
+    end: u64,
+    context: Option<u64>,
+) -> Result<()> {
     if WAITING_RANGES.load(Ordering::Acquire) == 0 {
         return Ok(());
     }
     let driver = crate::devices::driver()?;
-    for memory in all_context_memory() {
+    let settle = |memory: &ContextMemory| -> Result<()> {
         let mark = memory.ordering().pending_mark(start, end);
         if mark > memory.done_mark.load(Ordering::Acquire) && memory.is_alive(driver) {
-            wait_for_mark(py, driver, &memory, mark)?;
+            wait_for_mark(py, driver, memory, mark)?;
         }
+        Ok(())
+    };
+    match context {
+        Some(key) => memory_of(key).map_or(Ok(()), |memory| settle(&memory)),
+        None => all_context_memory()
+            .iter()
+            .try_for_each(|memory| settle(memory)),
     }
-    Ok(())
 }

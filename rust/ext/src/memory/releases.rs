@@ -55,9 +55,9 @@ impl PoolRelease {
 }
 
 impl PoolRelease {
-    /// The block released: its address and size.
-    pub(crate) fn block(&self) -> (u64, u64) {
-        (self.address, self.nbytes)
+    /// The block released: its address and size, and its context's key.
+    pub(crate) fn block(&self) -> (u64, u64, u64) {
+        (self.address, self.nbytes, self.context)
     }
 
     /// Notes that another library read the memory.
