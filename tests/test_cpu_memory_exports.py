@@ -210,3 +210,23 @@ print(_core.pool_usage(0)[0])  # only `again`
 """
     )
     assert lines == ["True", "False", "1024", "512"]
+
+
+def test_the_installed_interface_is_a_read_only_property_as_numba_cudas(run_on_stand_in):
+    """What install() puts on numba-cuda's arrays reads as numba-cuda's property does: on the
+    class, the descriptor itself (`hasattr` holds); on an array, numba-cuda's dictionary; set,
+    an AttributeError."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+from numba.cuda.cudadrv.devicearray import DeviceNDArrayBase
+from fastlaunch.memory.originals import original
+numba_property = original(DeviceNDArrayBase, "__cuda_array_interface__")
+installed = vars(DeviceNDArrayBase)["__cuda_array_interface__"]
+print(installed.fget is numba_property.fget, hasattr(DeviceNDArray, "__cuda_array_interface__"))
+d = cuda.to_device(np.arange(4.0))
+print(d.__cuda_array_interface__ == numba_property.fget(d))
+print(attempt(lambda: setattr(d, "__cuda_array_interface__", {})))
+"""
+    )
+    assert lines == ["True True", "True", "AttributeError"]
