@@ -246,24 +246,8 @@ def test_the_key_does_not_depend_on_the_process_state_of_unrelated_objects():
     assert key_of(kernel) == before
 
 
-def test_a_jitable_function_that_changed_in_this_process_is_refused():
-    """numba compiles a ``register_jitable`` function once per process and keeps it: after its
-    values change, kernels calling it compile as without a cache."""
-    from numba.cuda.extending import register_jitable
-
-    namespace: dict = {"K": 2.0}
-    exec("def twice(x):\n    return x * K\n", namespace)
-    twice = register_jitable(namespace["twice"])
-    kernel, _ = kernel_from("def k(a, x):\n    a[0] = twice(x)\n", {"twice": twice})
-    before = key_of(kernel)
-    assert key_of(kernel) == before
-    namespace["K"] = 3.0
-    with pytest.raises(Unkeyable, match="changed since this process first used it"):
-        key_of(kernel)
-
-
-EXTENSION_CHANGED = """
-from numba.cuda.extending import overload
+CHANGED_IN_PROCESS = """
+from numba.cuda.extending import overload, register_jitable
 import fastlaunch as fl
 from fastlaunch.cache import key as keys
 from fastlaunch.cache.values import Unkeyable
@@ -274,11 +258,16 @@ SHIFT = 1.0
 def shifted(x):
     return x
 
-@overload(shifted, target="cuda")
-def ol_shifted(x):
-    def impl(x):
+if WHICH == "overload":
+    @overload(shifted, target="cuda")
+    def ol_shifted(x):
+        def impl(x):
+            return x + SHIFT
+        return impl
+else:
+    @register_jitable
+    def shifted(x):
         return x + SHIFT
-    return impl
 
 def k(a, x):
     a[0] = shifted(x)
@@ -295,15 +284,31 @@ except Unkeyable as refusal:
 """
 
 
-def test_an_extension_that_changed_in_this_process_makes_kernels_uncachable():
+@pytest.mark.parametrize("which", ["overload", "register_jitable"])
+def test_an_extension_that_changed_in_this_process_makes_kernels_uncachable(which):
+    """numba compiles an overload's implementation (and a ``register_jitable`` function, an
+    overload too) once per process and keeps it: after a value it reads changes, kernels
+    compile as without a cache for the rest of the process (in a child process: the refusal
+    lasts)."""
     import subprocess
     import sys
 
+    source = f"WHICH = {which!r}\n" + CHANGED_IN_PROCESS
     done = subprocess.run(
-        [sys.executable, "-c", EXTENSION_CHANGED], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "True"
     assert lines[1].startswith("refused: a numba extension: __main__.")
     assert "changed since this process first used it" in lines[1]
+
+
+def test_a_user_class_is_keyed_with_the_plain_values_it_holds():
+    class Limits:
+        TOP = 4
+
+    kernel, _ = kernel_from("def k(a, x):\n    a[0] = x * L.TOP\n", {"L": Limits})
+    before = key_of(kernel)
+    Limits.TOP = 5
+    assert key_of(kernel) != before

@@ -350,8 +350,9 @@ class Walk:
 
     def a_class(self, cls: type) -> None:
         """A class: a library's by name; a named tuple by its fields; an enum by its members;
-        any other by its name and the names of its bases (numba types objects of user classes
-        only through extensions, which the key covers separately)."""
+        any other by its name, the names of its bases and the plain values it holds (numbers,
+        strings, tuples of them: what code reading ``Cls.X`` could freeze); numba types objects
+        of user classes only through extensions, which the key covers separately."""
         module = getattr(cls, "__module__", "") or ""
         self.feed("K", module, cls.__qualname__)
         if is_library(module) or not self.once(cls):
@@ -363,6 +364,14 @@ class Walk:
             for member in cls:
                 self.feed("Km", member.name)
                 self.value(member.value)
+        else:
+            for base in cls.__mro__[:-1]:
+                if is_library(getattr(base, "__module__", "")):
+                    continue
+                for name, value in sorted(vars(base).items()):
+                    if not name.startswith("__") and _plain(value):
+                        self.feed("Ka", base.__qualname__, name)
+                        self.value(value)
 
     def _builtin(self, v: Any) -> None:
         owner = getattr(v, "__self__", None)
@@ -486,6 +495,13 @@ class Walk:
                 self.value(constant)
         if self.lines:
             self.feed("Cl", code.co_filename, code.co_firstlineno, _line_table(code))
+
+
+def _plain(value: Any) -> bool:
+    """Whether a value is a number, a string, bytes, None or a tuple of those."""
+    if value is None or type(value) in (bool, int, float, complex, str, bytes):
+        return True
+    return type(value) is tuple and all(_plain(v) for v in value)
 
 
 def _line_table(code: types.CodeType) -> bytes:
