@@ -30,6 +30,10 @@ nvJitLink versions and build ids, libdevice), ``key`` (the rest of computing the
 (numba-cuda compiling, in the cold case), and ``rest`` (numba-cuda's dispatch around it,
 fastlaunch's miss path and the launches themselves).
 
+Each process also reports, untimed after its first result, each kernel's output summed: every
+case must give the same (``breakdown.results_agree``), a loaded kernel what a compiled one
+gives.
+
 Writes DIR/cold_start.json (``rows``: ``{"case", "kernels", "per_kernel_ms", ...}``,
 ``breakdown``, ``meta``) and DIR/cold_start.md. Runs on a GPU with fastlaunch installed from a
 wheel (no source tree needed), or on the numba stand-in driver of the CPU tests
@@ -135,6 +139,12 @@ def child(case: str, folder: str) -> dict[str, Any]:
     cuda.synchronize()
     first = float(out.copy_to_host()[1])
     done = time.perf_counter()
+    # (untimed) each kernel's output, summed: a loaded kernel must compute what a compiled one
+    # does, in every case alike
+    sums = []
+    for kernel in cold_start_kernels.KERNELS:
+        kernel[(n + 255) // 256, 256](out, b, x)
+        sums.append(float(out.copy_to_host().astype(np.float64).sum()))
     report: dict[str, Any] = {
         "case": case,
         "launch_ms": launches,
@@ -144,6 +154,7 @@ def child(case: str, folder: str) -> dict[str, Any]:
         "arrays_ms": (marks["ready"] - marks["defined"]) * 1e3,
         "to_result_ms": (done - started) * 1e3,
         "result": first,
+        "sums": sums,
     }
     if fastlaunch_case:
         from fastlaunch.cache import stats
@@ -292,7 +303,10 @@ def summarize(found: dict[str, list[dict[str, Any]]], kernels: int) -> dict[str,
         if reports and "cache" in reports[0]:
             row["cache"] = reports[-1]["cache"]
         rows.append(row)
-    breakdown = {}
+    # every case computes the same thing: a loaded kernel must give what a compiled one gives
+    results = {case: sorted({tuple(r["sums"]) for r in reports}) for case, reports in found.items()}
+    agree = len({tuple(v) for v in results.values()}) == 1
+    breakdown: dict[str, Any] = {"results": results, "results_agree": agree}
     for case in ("fastlaunch-warm", "fastlaunch-cold"):
         reports = found.get(case) or []
         if not reports:
@@ -356,7 +370,10 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['other_kernels_ms']:.2f} | {r['import_ms']:.0f} | {r['define_ms']:.0f} "
             f"| {r['arrays_ms']:.0f} | {r['to_result_ms']:.0f} | {r['process_ms']:.0f} |"
         )
+    lines += ["", f"Results agree across the cases: {result['breakdown']['results_agree']}"]
     for case, b in result["breakdown"].items():
+        if not isinstance(b, dict) or "steps_ms" not in b:
+            continue
         lines += ["", f"## Where {case}'s first launches go (ms, all kernels together)", ""]
         lines.append(
             f"imports {b['import_ms']:.0f} (fastlaunch {b['fastlaunch_import_ms']:.0f}), "
