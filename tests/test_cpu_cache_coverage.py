@@ -6,7 +6,8 @@ The program is given as ``python -c`` source (no file, as in a notebook), runs u
 nothing runs), and has: a lazily compiled kernel, explicit signatures (one, and a list), a
 kernel calling a device function given a signature, a cooperative kernel (grid sync: linked
 with libcudadevrt), a kernel linking CUDA C++ (``link=``), ``specialize()``, a CUDA ufunc, a
-gufunc, ``cuda.reduce``, a ``debug=True`` kernel raising an exception, and one kernel the
+gufunc, ``cuda.reduce``, a ``debug=True`` kernel raising an exception, one linking code with a
+module setup callback, and one kernel the
 cache cannot key (it freezes a global device array), which compiles in both runs and is
 named, with its reason, by ``python -m fastlaunch cache``.
 
@@ -80,6 +81,22 @@ PROGRAM = (
 
     ext = cuda.declare_device("plus_seven", "float32(float32)")
 
+    from numba.cuda import CUSource
+    set_up = []
+    def setup_callback(code):  # numba-cuda runs it when it loads the module
+        set_up.append("set up")
+    with_callback = CUSource(
+        'extern "C" __device__ int plus_eight(float *r, float x) { *r = x + 8; return 0; }',
+        setup_callback=setup_callback,
+    )
+    plus_eight = cuda.declare_device("plus_eight", "float32(float32)")
+
+    @cuda.jit(link=[with_callback])
+    def calls_back(a, x):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] = plus_eight(x)
+
     @cuda.jit(link=[os.environ["EXT_CU"]])
     def linked(a, x):
         i = cuda.grid(1)
@@ -137,6 +154,7 @@ PROGRAM = (
     total(a)
     freezes_a_device_array[1, 1](a)
     debugged[1, 64](a, x)
+    calls_back[1, 64](a, x)
     (debug_overload,) = debugged.overloads.values()
     raised = [(c.__name__, args) for c, args, _ in debug_overload.call_helper.exceptions.values()]
 
@@ -149,6 +167,7 @@ PROGRAM = (
         "uncachable": info["uncachable_kernels"],
         "cooperative": bool(cooperative.overloads[(types.float32[::1],)].cooperative),
         "raised": raised,
+        "set_up": set_up,
     }))
     """
     )
@@ -169,6 +188,7 @@ KERNELS_COMPILED = [
     "gpu_reduce_block_strided",
     "freezes_a_device_array",
     "debugged",
+    "calls_back",
 ]
 
 
@@ -219,6 +239,7 @@ def test_the_first_run_compiles_and_stores_every_kernel(runs):
     assert counts["stores"] == counts["misses"] == len(KERNELS_COMPILED) - 1
     assert counts["cooperative"]
     assert counts["raised"] == [["TooFar", ["past the end"]]]
+    assert counts["set_up"] == ["set up"]
 
 
 def test_the_second_run_compiles_nothing_but_what_cannot_be_keyed(runs):
@@ -229,6 +250,8 @@ def test_the_second_run_compiles_nothing_but_what_cannot_be_keyed(runs):
     assert counts["cooperative"]
     # a debug kernel's table of the exceptions it raises, which its launches read back
     assert counts["raised"] == [["TooFar", ["past the end"]]]
+    # linked code's setup callback ran when the loaded kernel's module was loaded
+    assert counts["set_up"] == ["set up"]
 
 
 def test_hits_are_the_code_a_fresh_compile_gives(runs):

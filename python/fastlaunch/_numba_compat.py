@@ -1007,8 +1007,20 @@ def rebuild_kernel(dispatcher: Any, argtypes: tuple, record: dict, linking: list
 
     kernel = _Kernel._rebuild(**_accepted(_Kernel._rebuild, kernel_states))
     kernel.__class__ = _cached_kernel_class()
+    kernel.target_context = dispatcher.targetctx  # as a compiled kernel's (bind reads it)
     kernel._fastlaunch_source = (dispatcher.py_func, argtypes, dict(dispatcher.targetoptions))
     return kernel
+
+
+def bind_if_needed(kernel: Any) -> None:
+    """What numba-cuda's compile does after it compiles (``kernel.bind()``: the module loaded
+    in its context, the setup callbacks of linked code run, NRT statistics set up), for a
+    kernel loaded from the cache, where it has an effect beyond loading its module: where
+    linked code has module callbacks, or NRT statistics are on."""
+    library = kernel._codelibrary
+    nrt_stats = config().CUDA_NRT_STATS and getattr(kernel.target_context, "enable_nrt", False)
+    if library._setup_functions or library._teardown_functions or nrt_stats:
+        kernel.bind()
 
 
 def _accepted(method: Any, states: dict) -> dict:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import types
 import weakref
 from typing import Any
 
@@ -214,7 +215,13 @@ def _linked(walk: KeyWalk, item: Any) -> None:
         content = digest(data).hex()
         walk.feed("code", kind, str(getattr(item, "name", "")), bool(item.nrt), content)
         for callback in numba_cuda.linkable_code_callbacks(item):
-            walk.value(callback)
+            # Python run when the module loads, not compiled in: keyed by its code (it runs
+            # with the values it reads then, cached or not)
+            if isinstance(callback, types.FunctionType):
+                walk.feed("callback", callback.__module__, callback.__qualname__)
+                walk.code(callback.__code__)
+            else:
+                walk.feed("callback", type(callback).__qualname__ if callback else "none")
         walk.found["linkables"][content] = item
         return
     raise Unkeyable(f"a link= item of type {type(item).__qualname__}")
@@ -331,31 +338,31 @@ def _type(walk: Walk, t: Any, strict: bool) -> None:
     mutability and alignment; records by their dtype; named tuples and enums with their
     classes; tuples by their members. ``strict`` (argument types): only those kinds, and
     numbers, booleans, datetimes and pointers; any other raises ``Unkeyable``."""
-    types = numba_cuda.types()
+    nt = numba_cuda.types()
     cls = type(t)
     walk.feed("T", cls.__module__, cls.__qualname__)
-    if isinstance(t, types.Array):
+    if isinstance(t, nt.Array):
         walk.feed("Ta", t.ndim, t.layout, t.mutable, t.aligned)
         _type(walk, t.dtype, strict)
-    elif isinstance(t, types.Record):
+    elif isinstance(t, nt.Record):
         walk.feed("Tr", t.aligned)
         walk.dtype(t.dtype)
-    elif isinstance(t, types.NamedTuple | types.NamedUniTuple):
+    elif isinstance(t, nt.NamedTuple | nt.NamedUniTuple):
         walk.a_class(t.instance_class)
         walk.feed("Tn", len(t.types))
         for member in t.types:
             _type(walk, member, strict)
-    elif isinstance(t, types.EnumMember):
+    elif isinstance(t, nt.EnumMember):
         walk.a_class(t.instance_class)
         _type(walk, t.dtype, strict)
-    elif isinstance(t, types.BaseTuple):
+    elif isinstance(t, nt.BaseTuple):
         walk.feed("Tt", len(t.types))
         for member in t.types:
             _type(walk, member, strict)
-    elif isinstance(t, types.CPointer):
+    elif isinstance(t, nt.CPointer):
         _type(walk, t.dtype, strict)
     elif not strict or isinstance(
-        t, types.Number | types.Boolean | types.NPDatetime | types.NPTimedelta | types.NoneType
+        t, nt.Number | nt.Boolean | nt.NPDatetime | nt.NPTimedelta | nt.NoneType
     ):
         walk.feed("Tx", str(t))
     else:

@@ -296,4 +296,5 @@ def _rebuild(dispatcher: Any, argtypes: tuple, key: keys.Key, cc: tuple, data: b
     kernel = numba_cuda.rebuild_kernel(dispatcher, argtypes, record, linking)
     if str(kernel.signature) != header["signature"]:
         raise ValueError(f"rebuilt as {kernel.signature}, stored as {header['signature']}")
+    numba_cuda.bind_if_needed(kernel)  # (linked code's setup callbacks run, as after a compile)
     return kernel
