@@ -108,6 +108,8 @@ def child(case: str, folder: str) -> dict[str, Any]:
     marks: dict[str, float] = {}
     import numpy as np
 
+    if not hasattr(np, "row_stack"):  # numba-cuda 0.30 names it; NumPy 2.5 removed it
+        np.row_stack = np.vstack  # (fastlaunch restores it itself: plain numba-cuda needs this)
     marks["numpy"] = time.perf_counter()
     fastlaunch_case = case.startswith("fastlaunch")
     steps: dict[str, float] = {}
