@@ -212,11 +212,9 @@ impl ContextMemory {
         self.deferred_frees.take_all()
     }
 
-    /// Holds the free of an exported block ([`ContextMemory::take_exported_frees`]); how many
-    /// are held now.
-    pub(crate) fn hold_exported_free(&self, pointer: u64) -> usize {
+    /// Holds the free of an exported block ([`ContextMemory::take_exported_frees`]).
+    pub(crate) fn hold_exported_free(&self, pointer: u64) {
         self.exported_frees.push(pointer);
-        self.exported_frees.count.load(Ordering::Acquire)
     }
 
     /// How many exported frees are held.

@@ -160,9 +160,13 @@ pub(crate) fn mem_free(
 }
 
 /// [`mem_free`]; an `exported` block (another library read it: `exports.rs`) is held, and
-/// goes to the pool only after a synchronization of its context ([`make_exported_frees`]),
-/// as numba-cuda's `cuMemFree` waits for the device: the streams that used it are not ours
-/// to see.
+/// goes to the pool only after a synchronization of its context, as numba-cuda's `cuMemFree`
+/// waits for the device: the streams that used it are not ours to see. That synchronization
+/// is never made implicitly on a free: during any stream capture, in any mode and from any
+/// thread, `cuCtxSynchronize` is refused and invalidates the capture (the GPU's answer), and
+/// another library's capture cannot be seen. The held blocks go at `cuda.synchronize()`
+/// ([`free_exported_after_synchronize`]), `pool_trim`, and before an allocation out of memory
+/// is retried ([`make_exported_frees`]).
 pub(crate) fn free_block(
     py: Python<'_>,
     pointer: u64,
@@ -178,9 +182,7 @@ pub(crate) fn free_block(
         }
         if exported {
             memory.freed_blocks.forget(pointer);
-            if memory.hold_exported_free(pointer) >= EXPORTED_FREES_HELD {
-                make_exported_frees(py, driver, &memory)?;
-            }
+            memory.hold_exported_free(pointer);
             return Ok(());
         }
         if driver.capture_state(stream)? != Capture::None {
@@ -216,14 +218,10 @@ pub(crate) fn free_block(
     }
 }
 
-/// Exported frees held before a synchronization lets them go (numba-cuda's deallocation
-/// queue holds ten before its frees, each of which waits for the device).
-const EXPORTED_FREES_HELD: usize = 10;
-
 /// Gives the exported blocks held in `memory`'s context (current) to the pool, once all the
-/// context's work queued so far has run: a synchronization of the context, without the GIL
-/// and in the relaxed capture mode. While a capture refuses it, or the legacy stream, they
-/// stay held for a later call.
+/// context's work queued so far has run: a synchronization of the context, without the GIL,
+/// made only where memory is short or asked for (`pool_trim`). While a capture refuses it, or
+/// the legacy stream, they stay held for a later call.
 fn make_exported_frees(
     py: Python<'_>,
     driver: &'static driver::Driver,
