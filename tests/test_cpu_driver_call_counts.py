@@ -11,36 +11,15 @@ pairs around a wait that must not break another thread's capture (``Driver::rela
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from test_cpu_memory_api import PRELUDE
-from test_cpu_timed_driver import timed_driver  # noqa: F401 (a fixture)
-
-ROOT = Path(__file__).parent.parent
+from test_cpu_timed_driver import CASES, run_counted, timed_driver  # noqa: F401 (a fixture)
 
 SOURCE = (
-    PRELUDE
+    CASES
     + """
 import json
-from fastlaunch.dispatcher import numba_type
-from benchmarks.driver_calls import TimedDriver, cases, measure
-fl.install()
-from numba import cuda
 _core.set_pool_release_threshold(0, allocation.KEEP_EVERYTHING)  # as allocation.context() does
-
-@fl.jit
-def five(a, b, c, d, e):
-    pass
-
-arrays = tuple(cuda.device_array(4096, dtype=np.float32) for _ in range(5))
-fingerprint = _core.fingerprint(arrays)
-types = tuple(numba_type(d) for d in _core.describe(fingerprint))
-five._register(fingerprint, 90, types, _core.CompiledKernel(b"fake image", "fake_entry"))
-timed = TimedDriver(os.environ["FASTLAUNCH_CUDA_DRIVER"])
-found = cases(cuda, five, np)
 host = np.arange(8192, dtype=np.float32)
 old = cuda.to_device(host)
 cuda.synchronize()
@@ -118,16 +97,5 @@ EXPECTED = {
 
 
 def test_fresh_object_calls_make_the_driver_calls_pinned(timed_driver: Path, stand_in_driver):  # noqa: F811
-    env = {
-        **os.environ,
-        "FASTLAUNCH_CUDA_DRIVER": str(timed_driver),
-        "TIMED_CUDA_REAL": str(stand_in_driver),
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", SOURCE], capture_output=True, text=True, timeout=300, env=env,
-        cwd=ROOT,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    counts = json.loads(done.stdout.splitlines()[-1])
-    assert counts == EXPECTED
+    lines = run_counted(SOURCE, timed_driver, stand_in_driver)
+    assert json.loads(lines[-1]) == EXPECTED

@@ -38,10 +38,11 @@ def timed_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return library
 
 
-def test_the_cases_count_their_driver_calls(timed_driver: Path, stand_in_driver: Path):
-    source = (
-        PRELUDE
-        + """
+#: the cases of `benchmarks/driver_calls.py` under install() on the counting driver, a
+#: five-array kernel registered by hand (the stand-in has no kernels): `found` and `timed`
+CASES = (
+    PRELUDE
+    + """
 from fastlaunch.dispatcher import numba_type
 from benchmarks.driver_calls import TimedDriver, cases, markdown, measure
 fl.install()
@@ -57,24 +58,40 @@ types = tuple(numba_type(d) for d in _core.describe(fingerprint))
 five._register(fingerprint, 90, types, _core.CompiledKernel(b"fake image", "fake_entry"))
 timed = TimedDriver(os.environ["FASTLAUNCH_CUDA_DRIVER"])
 found = cases(cuda, five, np)
+"""
+)
+
+
+def run_counted(source: str, timed_driver: Path, stand_in_driver: Path) -> list[str]:
+    """The lines `source` printed, run on the counting driver over the stand-in."""
+    env = {
+        **os.environ,
+        "FASTLAUNCH_CUDA_DRIVER": str(timed_driver),
+        "TIMED_CUDA_REAL": str(stand_in_driver),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=300, env=env,
+        cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_the_cases_count_their_driver_calls(timed_driver: Path, stand_in_driver: Path):
+    lines = run_counted(
+        CASES
+        + """
 results = {name: measure(found[name], 40, timed, cuda.synchronize) for name in found}
 for name in ("numba: launch_reused", "numba: launch_new", "stream_new", "stream_alone", "d[1:-1]"):
     driver = results[name]["driver"]
     print(name, driver.get("cuLaunchKernel", [0])[0], results[name]["wall_us"] > 0)
 print("cuLaunchKernel" in markdown(results, {"measured": "now", "calls": 40}))
-"""
+""",
+        timed_driver,
+        stand_in_driver,
     )
-    env = {
-        **os.environ,
-        "FASTLAUNCH_CUDA_DRIVER": str(timed_driver),
-        "TIMED_CUDA_REAL": str(stand_in_driver),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", source], capture_output=True, text=True, timeout=120, env=env,
-        cwd=ROOT,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
+    assert lines == [
         "numba: launch_reused 1.0 True",
         "numba: launch_new 1.0 True",
         "stream_new 1.0 True",

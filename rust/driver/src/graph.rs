@@ -101,13 +101,6 @@ impl Driver {
         Ok(Some(GraphNode(unsafe { *info.dependencies })))
     }
 
-    /// The id of the capture open on `stream` (unique in the process), `None` when it is not
-    /// being captured. Asking never invalidates a capture.
-    pub fn capture_id(&self, stream: usize) -> Result<Option<u64>> {
-        let info = self.capture_info(stream)?;
-        Ok((info.status == sys::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(info.id))
-    }
-
     fn capture_info(&self, stream: usize) -> Result<CaptureInfo> {
         let mut status: c_int = 0;
         let mut id: u64 = 0;
@@ -146,7 +139,6 @@ impl Driver {
         self.check(code, "reading a stream's capture state")?;
         Ok(CaptureInfo {
             status,
-            id,
             dependencies,
             count,
         })
@@ -230,7 +222,6 @@ impl Drop for Graph {
 /// What `cuStreamGetCaptureInfo` says of a stream.
 struct CaptureInfo {
     status: c_int,
-    id: u64,
     dependencies: *const CUgraphNode,
     count: usize,
 }
