@@ -37,7 +37,7 @@ pub(crate) struct ContextMemory {
     /// Pool frees a stream capture refused: made at the next call that may make them.
     deferred_frees: Pointers,
     /// Frees of blocks another library read (`exports.rs`), held until a synchronization of
-    /// the context lets them go to the pool (`pool::make_exported_frees`).
+    /// the context lets them go to the pool (`pool::free_exported_after_synchronize`).
     exported_frees: Pointers,
     /// Allocations made with `cuMemAlloc` while a capture refused the pool's (freed with
     /// `cuMemFree`).

@@ -5,7 +5,7 @@
 //!   the legacy stream) done before the reader sees "no stream" (`ordering::settle_range`);
 //! - its pool block marked *exported*: fastlaunch cannot see the streams the reader uses, so
 //!   the block's free is then made as numba-cuda's `cuMemFree` makes it, after all the work
-//!   of the context queued ahead of it, whatever its stream (`pool::make_exported_frees`).
+//!   of the context queued ahead of it, whatever its stream (`pool::free_block`).
 //!   Blocks never exported keep the pool's stream order.
 
 use pyo3::intern;

@@ -8,13 +8,14 @@
 //! context's, and creating needs one. The GIL is let go only around the calls that block
 //! (synchronizing); the rest return at once, and letting the GIL go would cost more than they do.
 
-use pyo3::prelude::*;
+use std::sync::Arc;
 
 use fastlaunch_driver::{is_legacy_stream, LaunchContext};
+use pyo3::prelude::*;
 
-use super::context_memory::known_context_memory;
+use super::context_memory::{known_context_memory, ContextMemory};
 use super::current;
-use super::ordering::{newest_mark, note_synchronized};
+use super::ordering::{newest_mark, note_done};
 use super::pool::free_exported_after_synchronize;
 use crate::devices::driver;
 use crate::errors::Result;
@@ -44,7 +45,7 @@ pub(crate) fn stream_synchronize(py: Python<'_>, handle: usize) -> Result<()> {
     if !is_legacy_stream(handle) {
         return Ok(py.detach(|| driver.stream_synchronize(handle))?);
     }
-    synchronized(py, &context, || driver.stream_synchronize(handle))
+    synchronized(py, &context, || driver.stream_synchronize(handle)).map(drop)
 }
 
 /// Whether all work submitted to the stream has finished.
@@ -109,9 +110,8 @@ pub(crate) fn event_elapsed_ms(start: usize, end: usize) -> Result<f32> {
 #[pyfunction]
 pub(crate) fn context_synchronize(py: Python<'_>) -> Result<()> {
     let (driver, context) = current()?;
-    synchronized(py, &context, || driver.synchronize())?;
-    // the work queued ahead of the exported frees held has run: they may go to the pool
-    match known_context_memory(context.key()) {
+    match synchronized(py, &context, || driver.synchronize())? {
+        // the work queued ahead of the exported frees held has run: they may go to the pool
         Some(memory) => free_exported_after_synchronize(driver, &memory),
         None => Ok(()),
     }
@@ -119,17 +119,18 @@ pub(crate) fn context_synchronize(py: Python<'_>) -> Result<()> {
 
 /// Runs `wait` (a synchronization covering the legacy stream of `context`, the current
 /// context) without the GIL, then notes the memory API's marks recorded before it as done,
-/// so that reading an array's interface asks nothing more of them.
+/// so that reading an array's interface asks nothing more of them. Returns the context's
+/// memory state, where it has one.
 fn synchronized(
     py: Python<'_>,
     context: &LaunchContext,
     wait: impl FnOnce() -> fastlaunch_driver::Result<()> + Send,
-) -> Result<()> {
+) -> Result<Option<Arc<ContextMemory>>> {
     let memory = known_context_memory(context.key());
     let newest = memory.as_deref().map(newest_mark);
     py.detach(wait)?;
-    if let (Some(memory), Some(newest)) = (memory, newest) {
-        note_synchronized(&memory, newest);
+    if let (Some(memory), Some(newest)) = (&memory, newest) {
+        note_done(memory, newest);
     }
-    Ok(())
+    Ok(memory)
 }

@@ -412,8 +412,9 @@ fn count_waiting(before: usize, after: usize) {
     }
 }
 
-/// Notes that `mark` and every mark before it are done in `memory`'s context.
-fn note_done(memory: &ContextMemory, mark: u64) {
+/// Notes that `mark` and every mark before it are done in `memory`'s context (a wait saw
+/// it done, or a synchronization covering the legacy stream ran after it was recorded).
+pub(crate) fn note_done(memory: &ContextMemory, mark: u64) {
     if memory.done_mark.fetch_max(mark, Ordering::AcqRel) >= mark {
         return;
     }
@@ -506,12 +507,6 @@ fn wait_for_legacy_work(
     }
     SEEN.with(|cell| cell.set(updated));
     Ok(())
-}
-
-/// Notes, after the context `memory` belongs to (or its legacy stream) was synchronized,
-/// that every mark recorded before, up to `newest`, is done.
-pub(crate) fn note_synchronized(memory: &ContextMemory, newest: u64) {
-    note_done(memory, newest);
 }
 
 /// The newest mark recorded in `memory`'s context: what a synchronization started now

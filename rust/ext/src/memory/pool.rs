@@ -221,7 +221,8 @@ pub(crate) fn free_block(
 /// Gives the exported blocks held in `memory`'s context (current) to the pool, once all the
 /// context's work queued so far has run: a synchronization of the context, without the GIL,
 /// made only where memory is short or asked for (`pool_trim`). While a capture refuses it, or
-/// the legacy stream, they stay held for a later call.
+/// the legacy stream, they stay held for a later call. (No capture mode makes it legal: the
+/// GPU refuses `cuCtxSynchronize` during any capture, relaxed mode included.)
 fn make_exported_frees(
     py: Python<'_>,
     driver: &'static driver::Driver,
@@ -230,10 +231,7 @@ fn make_exported_frees(
     if memory.exported_frees_held() == 0 || driver.capture_state(LEGACY_STREAM)? != Capture::None {
         return Ok(());
     }
-    if py
-        .detach(|| driver.relaxed(|| driver.synchronize()))
-        .is_err()
-    {
+    if py.detach(|| driver.synchronize()).is_err() {
         return Ok(()); // refused (a capture is open): held until a later call
     }
     free_exported_after_synchronize(driver, memory)
@@ -245,37 +243,36 @@ pub(crate) fn free_exported_after_synchronize(
     driver: &'static driver::Driver,
     memory: &ContextMemory,
 ) -> Result<()> {
-    let held = memory.take_exported_frees();
-    if held.is_empty() {
-        return Ok(());
-    }
-    if driver.capture_state(LEGACY_STREAM)? != Capture::None {
-        for pointer in held {
-            memory.hold_exported_free(pointer);
-        }
-        return Ok(());
-    }
-    order_free(driver, memory, LEGACY_STREAM)?;
-    for pointer in held {
-        driver.free_async(pointer, LEGACY_STREAM)?;
-    }
-    Ok(())
+    free_on_legacy_stream(driver, memory, memory.take_exported_frees(), |pointer| {
+        memory.hold_exported_free(pointer)
+    })
 }
 
 /// Makes the pool frees a capture deferred, when no capture refuses them any more.
 fn make_deferred_frees(driver: &'static driver::Driver, memory: &ContextMemory) -> Result<()> {
-    let deferred = memory.take_deferred_frees();
-    if deferred.is_empty() {
+    free_on_legacy_stream(driver, memory, memory.take_deferred_frees(), |pointer| {
+        memory.defer_free(pointer)
+    })
+}
+
+/// Frees `pointers` (pool memory of `memory`'s context, current) on the legacy stream, after
+/// the work followed on non-blocking streams; while a capture refuses the legacy stream, each
+/// goes back to where it was kept (`keep_again`).
+fn free_on_legacy_stream(
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    pointers: Vec<u64>,
+    keep_again: impl Fn(u64),
+) -> Result<()> {
+    if pointers.is_empty() {
         return Ok(());
     }
     if driver.capture_state(LEGACY_STREAM)? != Capture::None {
-        deferred
-            .into_iter()
-            .for_each(|pointer| memory.defer_free(pointer));
+        pointers.into_iter().for_each(keep_again);
         return Ok(());
     }
     order_free(driver, memory, LEGACY_STREAM)?;
-    for pointer in deferred {
+    for pointer in pointers {
         driver.free_async(pointer, LEGACY_STREAM)?;
     }
     Ok(())
