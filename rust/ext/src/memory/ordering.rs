@@ -253,15 +253,11 @@ pub(crate) fn before_reuse(
         if !legacy && driver.capture_state(LEGACY_STREAM)? != Capture::None {
             return Ok(None);
         }
-        ordering.record_mark(driver)?;
-        MARKS_RECORDED.fetch_add(1, Ordering::Release);
+        record_mark(driver, &mut ordering)?;
     }
     let mark = ordering.newest;
-    if !legacy {
-        let (event, _) = ordering
-            .mark_event(mark)
-            .expect("the newest mark is recorded");
-        driver.stream_wait_event(stream, event)?;
+    if let Some((event, _)) = ordering.mark_event(mark).filter(|_| !legacy) {
+        driver.stream_wait_event(stream, event)?; // (the newest mark is always recorded)
     }
     Ok(Some((work, mark)))
 }
@@ -308,11 +304,10 @@ pub(crate) fn after_copy(
         if !work.capturing {
             let mark = {
                 let mut ordering = memory.ordering();
-                let mark = ordering.record_mark(driver)?;
+                let mark = record_mark(driver, &mut ordering)?;
                 note_pending(&mut ordering, memory, address, len, mark);
                 mark
             };
-            MARKS_RECORDED.fetch_add(1, Ordering::Release);
             settle_if_unrelaxable(py, driver, memory, mark)?;
         }
     }
@@ -341,7 +336,7 @@ pub(crate) fn after_alloc(
             && (is_legacy_stream(work.stream)
                 || driver.capture_state(LEGACY_STREAM)? == Capture::None)
         {
-            Some(ordering.record_mark(driver)?)
+            Some(record_mark(driver, &mut ordering)?)
         } else {
             None
         };
@@ -350,7 +345,6 @@ pub(crate) fn after_alloc(
         recorded
     };
     if let Some(mark) = recorded {
-        MARKS_RECORDED.fetch_add(1, Ordering::Release);
         settle_if_unrelaxable(py, driver, memory, mark)?;
     }
     Ok(())
@@ -385,6 +379,17 @@ pub(crate) fn after_reuse(
     }
     note_pending(&mut memory.ordering(), memory, address, len, mark);
     settle_if_unrelaxable(py, driver, memory, mark)
+}
+
+/// Records the next mark of `ordering`'s context, counted for the streams' waits
+/// ([`wait_for_legacy_work`]); its number.
+fn record_mark(
+    driver: &'static driver::Driver,
+    ordering: &mut StreamOrdering,
+) -> driver::Result<u64> {
+    let mark = ordering.record_mark(driver)?;
+    MARKS_RECORDED.fetch_add(1, Ordering::Release);
+    Ok(mark)
 }
 
 /// Notes that `[address, address + len)` is ready once `mark` is done, unless it is known
