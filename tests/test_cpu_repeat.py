@@ -313,6 +313,58 @@ print(hits() - before)
     assert lines == ["6,read,read,read,scalar", "8"]
 
 
+def test_new_tensors_each_launch_are_each_asked_their_negative_bit_and_kept_nowhere(
+    run_on_stand_in,
+):
+    """A producer with lazy negation (torch): a tensor not checked before is asked
+    ``is_neg()`` (a negated one is refused, new or not), but during a run of new tensors the
+    answer is not remembered (a weak reference each, for objects never seen again); a tensor
+    launched again after the run is remembered within a few launches and then not asked."""
+    lines = run(
+        run_on_stand_in,
+        f"""
+import sys
+sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+from exchange_tensors import Tensor
+asked = [0]
+class Lazy(Tensor):
+    negated = False
+    def is_conj(self):
+        return False
+    def is_neg(self):
+        asked[0] += 1
+        return self.negated
+kernel = kernel_for(1)
+packed_as = register(kernel, (Lazy((16,), 0x2_0000_0000),))
+asked[0], before = 0, hits()
+for step in range(40):
+    kernel[1, 1](Lazy((16,), 0x2_0000_0000 + 0x1000 * step))
+print(asked[0], hits() - before, sep=",")
+launched_as_packed(kernel, (Lazy((16,), 0x2_8000_0000),), packed_as)
+negated = Lazy((16,), 0x3_0000_0000)
+negated.negated = True
+try:
+    kernel[1, 1](negated)
+except fl.KernelArgumentError as e:
+    print("refused", "resolve_neg" in str(e))
+kept = Lazy((16,), 0x4_0000_0000)
+asked[0] = 0
+kernel[1, 1](kept)
+kernel[1, 1](kept)
+print(asked[0])  # still in the run of new tensors: asked again
+for _ in range(18):
+    kernel[1, 1](kept)
+settled = asked[0]
+for _ in range(20):
+    kernel[1, 1](kept)
+print(settled <= 17, asked[0] - settled)
+launched_as_packed(kernel, (kept,), packed_as)
+""",
+    )
+    # each new tensor asked once; all but the first two launches matched a remembered one
+    assert lines == ["40,38", "refused True", "2", "True 0"]
+
+
 def test_an_interface_changed_between_launches_is_read_as_it_is_now(run_on_stand_in):
     """A CUDA Array Interface object is read again on every launch, its dict changed in place
     or replaced: each launch packs what the interface says then, or refuses it."""

@@ -117,7 +117,8 @@ pub(crate) struct Scratch {
     /// before (`classify/known.rs`): a launch like the last sets it for an argument that has
     /// been a new object launch after launch (`launch/repeat.rs`).
     pub forget_reads: bool,
-    /// Set when an array source found an argument in its table of arrays read before.
+    /// Set when an array source found an argument in its table of arrays read before (or a
+    /// tensor in its table of tensors checked for lazy sign bits).
     pub read_was_known: bool,
     pub streams: StreamInputs,
     pub devices: DeviceClaims,

@@ -35,7 +35,9 @@ pub(super) fn read_exchange(
         )));
     }
     if api.lazy_sign_views {
-        refuse_lazy_sign_view(arg, &tensor, at)?;
+        if refuse_lazy_sign_view(arg, &tensor, at, !scratch.forget_reads)? {
+            scratch.read_was_known = true;
+        }
     }
     if let Some(query) = api.current_work_stream {
         scratch.streams.exchange_stream =
@@ -60,12 +62,15 @@ thread_local! {
 /// made; only `.data = ...` can give an existing tensor another's bits, which changes its
 /// memory (but for a negated view of the very same memory, which is not noticed). A tensor
 /// that is not a view may carry the bit (`t.data = x.conj().imag` leaves `_base` None), so
-/// every tensor not in the table is asked.
+/// every tensor not in the table is asked. `remember`: the launch keeps what it reads (not
+/// during a run of new tensors, each read once: `repeat.rs`), so a clear tensor goes into the
+/// table. Whether the tensor was found in the table (a tensor read before).
 fn refuse_lazy_sign_view(
     arg: &Bound<'_, PyAny>,
     tensor: &DLTensor,
     at: Position<'_>,
-) -> Result<()> {
+    remember: bool,
+) -> Result<bool> {
     let py = arg.py();
     let is_set = |method: &Bound<'_, PyString>| -> Result<bool> {
         Ok(arg.call_method0(method)?.is(PyBool::new(py, true)))
@@ -86,7 +91,7 @@ fn refuse_lazy_sign_view(
                 .is_ok_and(|known| known.find(arg) == Some(&data))
         });
         if checked {
-            return Ok(());
+            return Ok(true);
         }
     }
     if is_set(intern!(py, "is_neg"))? {
@@ -95,14 +100,14 @@ fn refuse_lazy_sign_view(
              values before negation); pass t.resolve_neg() instead",
         ));
     }
-    if !complex {
+    if !complex && remember {
         SIGN_CHECKED.with(|known| {
             if let Ok(mut known) = known.try_borrow_mut() {
                 known.remember(arg, data);
             }
         });
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Pushes the array a DLPack tensor describes.
