@@ -320,3 +320,27 @@ print("free waited", fake.fake_stream_waits() - before)
 """
     )
     assert lines == ["free waited 1"]
+
+
+def test_a_staging_slot_is_reused_only_once_the_mark_after_its_copy_is_done(run_on_stand_in):
+    """A staged copy to the device on the legacy stream is followed by its mark alone, which
+    the slot's next copy waits for: with the copies from the slots still queued on a busy GPU
+    (page-locked sources run at the next synchronization; queries say "not ready"), twelve
+    copies through four slots each land their own bytes; with an idle GPU, one query of the
+    newest mark frees every slot before it."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+os.environ["FAKE_ASYNC_PINNED"] = "1"
+from fastlaunch.memory import install
+install.install()
+def copies(env):
+    os.environ.update(env)
+    sources = [np.full(4096, float(i)) for i in range(12)]  # 32 KiB each: staged
+    arrays = [fl.to_device(source) for source in sources]
+    os.environ.pop("FAKE_SLOW_EVENT_MS", None)
+    return all(np.array_equal(a.copy_to_host(), s) for a, s in zip(arrays, sources))
+print(copies({"FAKE_SLOW_EVENT_MS": "5"}), copies({}))
+"""
+    )
+    assert lines == ["True True"]

@@ -32,7 +32,8 @@ pub use graph::{CaptureMode, Graph, GraphNode, KernelNodeParams};
 pub use launch::{Function, LaunchDims, LaunchOptions};
 pub use library::{loaded_count, Kernel, KernelAttribute, Library};
 pub use memory::{
-    Claim, DeviceBuffer, MemoryPool, PinnedBuffer, PointerLocation, PoolUsage, StagingRing,
+    Claim, DeviceBuffer, MemoryPool, PinnedBuffer, PointerLocation, PoolUsage, Previous,
+    StagingRing,
 };
 pub use params::ParamBuffer;
 pub use stream::{

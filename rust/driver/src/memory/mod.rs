@@ -8,7 +8,7 @@ mod staging;
 
 pub use pinned::PinnedBuffer;
 pub use pool::{MemoryPool, PoolUsage};
-pub use staging::{Claim, StagingRing, SLOTS, SLOT_BYTES};
+pub use staging::{Claim, Previous, StagingRing, SLOTS, SLOT_BYTES};
 
 use std::ffi::c_int;
 

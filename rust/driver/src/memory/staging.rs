@@ -2,7 +2,10 @@
 //! slots. A copy to the device returns once the host bytes are in a slot (the DMA from the
 //! slot runs on, in the stream's order, and everything later on that stream sees it); a copy
 //! back lands in a slot and is moved out once the slot's event says it is there. Each slot
-//! is guarded by an event recorded after the copy that uses it.
+//! is guarded by an event recorded after the copy that uses it: its own, or one the caller
+//! records after the copy anyway and names by a *ticket* ([`Claim::to_device_followed_by`]),
+//! which saves a record and lets the caller tell that many slots are free from one answer
+//! ([`Previous::Ticket`]).
 //!
 //! A copy first *claims* a slot ([`StagingRing::claim`]): the claim is exclusive, taken with
 //! `try_lock` only, so no thread ever waits for a lock here, and it is held across the copy's
@@ -18,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::pinned::PinnedBuffer;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::stream::Event;
 use crate::sys::CUdeviceptr;
 use crate::Driver;
@@ -34,14 +37,26 @@ struct SlotMemory {
     event: Event,
 }
 
+/// What follows a slot's last copy, which may still run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Previous {
+    /// Nothing: the slot is free.
+    #[default]
+    Done,
+    /// The slot's own event ([`Claim::is_free`], [`Claim::wait_free`]).
+    Event,
+    /// The caller's ticket ([`Claim::to_device_followed_by`]): the caller tells when it is
+    /// done ([`Claim::note_previous_done`]).
+    Ticket(u64),
+}
+
 #[derive(Default)]
 struct SlotState {
     /// Made on the slot's first claim.
     memory: Option<SlotMemory>,
     /// A copy holds the slot.
     claimed: bool,
-    /// The event was recorded after a copy that may still run.
-    recorded: bool,
+    previous: Previous,
 }
 
 /// A context's staging slots, each made on first use.
@@ -104,7 +119,7 @@ impl StagingRing {
             index,
             buffer: memory.buffer.as_ptr() as usize,
             event: memory.event.handle(),
-            recorded: state.recorded,
+            previous: state.previous,
         };
         state.claimed = true;
         Some(claim)
@@ -118,35 +133,56 @@ pub struct Claim<'r> {
     /// The slot's pinned memory (`SLOT_BYTES`), as an address: the claim may cross threads.
     buffer: usize,
     event: usize,
-    recorded: bool,
+    previous: Previous,
 }
 
 impl Claim<'_> {
+    /// What follows the slot's previous copy.
+    pub fn previous(&self) -> Previous {
+        self.previous
+    }
+
+    /// The caller saw the ticket of the slot's previous copy done.
+    pub fn note_previous_done(&mut self) {
+        self.previous = Previous::Done;
+    }
+
     /// Whether the slot's previous copy is done (a query: never waits). An event the driver
     /// refuses to answer for is not asked again: the error is returned once. Asked in the
     /// relaxed capture mode (`Driver::relaxed`): the slot's event is recorded outside any
-    /// capture, and asking must not break another thread's.
+    /// capture, and asking must not break another thread's. A ticket is the caller's to
+    /// resolve: refused here.
     pub fn is_free(&mut self) -> Result<bool> {
-        if !self.recorded {
-            return Ok(true);
+        match self.previous {
+            Previous::Done => Ok(true),
+            Previous::Ticket(_) => Err(self.unresolved_ticket()),
+            Previous::Event => {
+                let driver = self.ring.driver;
+                let done = driver.relaxed(|| driver.event_query(self.event));
+                if !matches!(done, Ok(false)) {
+                    self.previous = Previous::Done;
+                }
+                done
+            }
         }
-        let driver = self.ring.driver;
-        let done = driver.relaxed(|| driver.event_query(self.event));
-        if !matches!(done, Ok(false)) {
-            self.recorded = false;
-        }
-        done
     }
 
     /// Waits until the slot's previous copy is done (in the relaxed capture mode, as
-    /// [`Claim::is_free`] asks): call without the GIL.
+    /// [`Claim::is_free`] asks): call without the GIL. A ticket is refused, as there.
     pub fn wait_free(&mut self) -> Result<()> {
-        if self.recorded {
-            self.recorded = false;
-            let driver = self.ring.driver;
-            driver.relaxed(|| driver.event_synchronize(self.event))?;
+        match self.previous {
+            Previous::Done => Ok(()),
+            Previous::Ticket(_) => Err(self.unresolved_ticket()),
+            Previous::Event => {
+                self.previous = Previous::Done;
+                let driver = self.ring.driver;
+                driver.relaxed(|| driver.event_synchronize(self.event))
+            }
         }
-        Ok(())
+    }
+
+    fn unresolved_ticket(&self) -> Error {
+        Error::Invalid("a staging slot's ticket is its caller's to wait for".into())
     }
 
     /// Copies `host` into the slot and from there to `device` on `stream`; returns once the
@@ -162,9 +198,56 @@ impl Claim<'_> {
         host: &[u8],
         stream: usize,
     ) -> Result<()> {
+        // SAFETY: per the caller.
+        unsafe { self.copy_from_slot(device, host, stream) }?;
+        self.ring.driver.record_event(self.event, stream)?;
+        self.previous = Previous::Event;
+        Ok(())
+    }
+
+    /// As [`Claim::to_device`], the copy followed by the caller's own record instead of the
+    /// slot's event: `ticket` records, on `stream` after everything enqueued there so far,
+    /// what the caller will tell done, and names it. Should `ticket` fail, the slot's event
+    /// follows the copy instead.
+    ///
+    /// # Safety
+    /// As for [`Claim::to_device`].
+    pub unsafe fn to_device_followed_by<E: From<Error>>(
+        &mut self,
+        device: CUdeviceptr,
+        host: &[u8],
+        stream: usize,
+        ticket: impl FnOnce() -> std::result::Result<u64, E>,
+    ) -> std::result::Result<(), E> {
+        // SAFETY: per the caller.
+        unsafe { self.copy_from_slot(device, host, stream) }?;
+        match ticket() {
+            Ok(ticket) => {
+                self.previous = Previous::Ticket(ticket);
+                Ok(())
+            }
+            Err(error) => {
+                self.ring.driver.record_event(self.event, stream)?;
+                self.previous = Previous::Event;
+                Err(error)
+            }
+        }
+    }
+
+    /// Copies `host` into the slot and enqueues its copy to `device` on `stream`, followed
+    /// by nothing yet.
+    ///
+    /// # Safety
+    /// As for [`Claim::to_device`].
+    unsafe fn copy_from_slot(
+        &mut self,
+        device: CUdeviceptr,
+        host: &[u8],
+        stream: usize,
+    ) -> Result<()> {
         let len = host.len();
         assert!(
-            len <= SLOT_BYTES && !self.recorded,
+            len <= SLOT_BYTES && self.previous == Previous::Done,
             "a staging slot used out of turn"
         );
         // SAFETY: the slot holds SLOT_BYTES >= len bytes, this claim is its only user and its
@@ -174,12 +257,9 @@ impl Claim<'_> {
             std::slice::from_raw_parts(self.buffer as *const u8, len)
         };
         let driver = self.ring.driver;
-        // SAFETY: per the caller for `device`; the slot stays untouched until its event says
-        // this copy has run.
-        unsafe { driver.copy_host_to_device_async(device, staged, stream) }?;
-        driver.record_event(self.event, stream)?;
-        self.recorded = true;
-        Ok(())
+        // SAFETY: per the caller for `device`; the slot stays untouched until what follows
+        // the copy says it has run.
+        unsafe { driver.copy_host_to_device_async(device, staged, stream) }
     }
 
     /// Enqueues the copy of `len` bytes from `device` into the slot after the work on
@@ -194,7 +274,7 @@ impl Claim<'_> {
         stream: usize,
     ) -> Result<()> {
         assert!(
-            len <= SLOT_BYTES && !self.recorded,
+            len <= SLOT_BYTES && self.previous == Previous::Done,
             "a staging slot used out of turn"
         );
         // SAFETY: the slot holds SLOT_BYTES >= len bytes and this claim is its only user.
@@ -203,7 +283,7 @@ impl Claim<'_> {
         // SAFETY: per the caller for `device`.
         unsafe { driver.copy_device_to_host_async(landing, device, stream) }?;
         driver.record_event(self.event, stream)?;
-        self.recorded = true;
+        self.previous = Previous::Event;
         Ok(())
     }
 
@@ -226,7 +306,7 @@ impl Drop for Claim<'_> {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         state.claimed = false;
-        state.recorded = self.recorded;
+        state.previous = self.previous;
     }
 }
 

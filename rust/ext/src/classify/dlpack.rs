@@ -34,10 +34,8 @@ pub(super) fn read_exchange(
             type_name(arg)
         )));
     }
-    if api.lazy_sign_views {
-        if refuse_lazy_sign_view(arg, &tensor, at, !scratch.forget_reads)? {
-            scratch.read_was_known = true;
-        }
+    if api.lazy_sign_views && refuse_lazy_sign_view(arg, &tensor, at, !scratch.forget_reads)? {
+        scratch.read_was_known = true;
     }
     if let Some(query) = api.current_work_stream {
         scratch.streams.exchange_stream =

@@ -290,7 +290,7 @@ pub(crate) fn before_alloc(
 
 /// After a copy ([`before_copy`]) is enqueued, in either direction: work on a non-blocking
 /// stream is followed (for frees to wait for); a write to the device (`written`) on the
-/// legacy stream is legacy work, marked.
+/// legacy stream is legacy work, marked ([`mark_write`]).
 pub(crate) fn after_copy(
     py: Python<'_>,
     driver: &'static driver::Driver,
@@ -300,18 +300,37 @@ pub(crate) fn after_copy(
 ) -> Result<()> {
     if work.non_blocking {
         follow(driver, memory, work.stream)?;
-    } else if let Some((address, len)) = written.filter(|_| is_legacy_stream(work.stream)) {
-        if !work.capturing {
-            let mark = {
-                let mut ordering = memory.ordering();
-                let mark = record_mark(driver, &mut ordering)?;
-                note_pending(&mut ordering, memory, address, len, mark);
-                mark
-            };
-            settle_if_unrelaxable(py, driver, memory, mark)?;
-        }
+    } else if let Some((address, len)) = written.filter(|_| work.marks_writes()) {
+        mark_write(py, driver, memory, address, len)?;
     }
     Ok(())
+}
+
+impl StreamWork {
+    /// Whether a write to the device by this work is legacy work, marked ([`mark_write`]):
+    /// on the legacy stream, not being captured.
+    pub(crate) fn marks_writes(&self) -> bool {
+        is_legacy_stream(self.stream) && !self.capturing
+    }
+}
+
+/// Marks a write of `[address, address + len)` just enqueued on the legacy stream: records
+/// the next mark after it, which the range waits for; the mark's number.
+pub(crate) fn mark_write(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    address: u64,
+    len: usize,
+) -> Result<u64> {
+    let mark = {
+        let mut ordering = memory.ordering();
+        let mark = record_mark(driver, &mut ordering)?;
+        note_pending(&mut ordering, memory, address, len, mark);
+        mark
+    };
+    settle_if_unrelaxable(py, driver, memory, mark)?;
+    Ok(mark)
 }
 
 /// After an allocation of `len` bytes at `address` from the pool ([`before_alloc`]): a
@@ -451,15 +470,59 @@ fn wait_for_mark(
     memory: &ContextMemory,
     mark: u64,
 ) -> Result<()> {
+    if !mark_is_done(driver, memory, mark)? {
+        py.detach(|| wait_for_mark_without_gil(driver, memory, mark))?;
+    }
+    Ok(())
+}
+
+/// Whether `mark` is done in `memory`'s context, never waiting: known done, or asked of the
+/// driver (in the relaxed capture mode). The newest mark is asked first: seen done, every
+/// mark before it is known done too (they are all on the legacy stream), and later asks find
+/// them so with no driver call (a staging slot claimed after a run of copies, say).
+pub(crate) fn mark_is_done(
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    mark: u64,
+) -> driver::Result<bool> {
+    if mark <= memory.done_mark.load(Ordering::Acquire) {
+        return Ok(true);
+    }
+    let (newest, own) = {
+        let ordering = memory.ordering();
+        (
+            ordering.mark_event(ordering.newest),
+            ordering.mark_event(mark),
+        )
+    };
+    let Some((own_event, own_held)) = own else {
+        return Ok(true); // never recorded: nothing was enqueued to wait for
+    };
+    let own =
+        Some((own_event, own_held)).filter(|&(event, _)| newest.map(|(e, _)| e) != Some(event));
+    for (event, held) in newest.into_iter().chain(own) {
+        if held >= mark && driver.relaxed(|| driver.event_query(event))? {
+            note_done(memory, held);
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Waits (in the relaxed capture mode) until `mark` is done in `memory`'s context: call
+/// without the GIL.
+pub(crate) fn wait_for_mark_without_gil(
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    mark: u64,
+) -> driver::Result<()> {
     if mark <= memory.done_mark.load(Ordering::Acquire) {
         return Ok(());
     }
     let Some((event, held)) = memory.ordering().mark_event(mark) else {
         return Ok(()); // never recorded: nothing was enqueued to wait for
     };
-    if !driver.relaxed(|| driver.event_query(event))? {
-        py.detach(|| driver.relaxed(|| driver.event_synchronize(event)))?;
-    }
+    driver.relaxed(|| driver.event_synchronize(event))?;
     note_done(memory, held);
     Ok(())
 }

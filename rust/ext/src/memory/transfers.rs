@@ -13,12 +13,14 @@
 //! replay a staging slot's later contents), and the driver accepts or refuses them as it
 //! does numba-cuda's.
 
-use fastlaunch_driver::{self as driver, StagingRing};
+use fastlaunch_driver::{self as driver, Claim, Previous, StagingRing};
 use pyo3::prelude::*;
 
 use super::buffer::HostBuffer;
 use super::context_memory::{context_memory, ContextMemory};
-use super::ordering::{after_copy, before_copy};
+use super::ordering::{
+    after_copy, before_copy, mark_is_done, mark_write, wait_for_mark_without_gil,
+};
 use super::{byte_count, current};
 use crate::errors::{Error, Result};
 
@@ -38,17 +40,92 @@ pub(crate) unsafe fn stage_to_device(
     if host.is_empty() {
         return Ok(());
     }
-    if StagingRing::stages(host.len()) {
-        if let Some(mut slot) = memory.ring.claim() {
-            if !slot.is_free()? {
-                py.detach(|| slot.wait_free())?;
-            }
-            // SAFETY: per the caller; the slot is free and `host` fits it.
-            return Ok(unsafe { slot.to_device(device, host, stream) }?);
-        }
+    if let Some(mut slot) = claim_free_slot(py, driver, memory, host.len())? {
+        // SAFETY: per the caller; the slot is free and `host` fits it.
+        return Ok(unsafe { slot.to_device(device, host, stream) }?);
     }
     // SAFETY: per the caller.
     Ok(py.detach(|| unsafe { driver.copy_host_to_device_unstaged(device, host, stream) })?)
+}
+
+/// [`stage_to_device`] on `stream`, the legacy stream, the write then marked (`ordering::mark_write`):
+/// a staged copy's slot is followed by that mark, not by an event of its own (one record
+/// instead of two, and a slot known free once a later mark is seen done).
+///
+/// # Safety
+/// As for [`stage_to_device`].
+unsafe fn stage_marked_to_device(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    device: u64,
+    host: &[u8],
+    stream: usize,
+) -> Result<()> {
+    let written = || mark_write(py, driver, memory, device, host.len());
+    if host.is_empty() {
+        return Ok(());
+    }
+    if let Some(mut slot) = claim_free_slot(py, driver, memory, host.len())? {
+        // SAFETY: per the caller; the slot is free and `host` fits it.
+        return unsafe { slot.to_device_followed_by(device, host, stream, written) };
+    }
+    // SAFETY: per the caller.
+    py.detach(|| unsafe { driver.copy_host_to_device_unstaged(device, host, stream) })?;
+    written().map(|_| ())
+}
+
+/// A staging slot for a copy of `len` bytes, its previous copy done (waited for without the
+/// GIL if it must be); `None` when the copy is too large to stage or no slot can be claimed.
+fn claim_free_slot<'m>(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    memory: &'m ContextMemory,
+    len: usize,
+) -> Result<Option<Claim<'m>>> {
+    if !StagingRing::stages(len) {
+        return Ok(None);
+    }
+    let Some(mut slot) = memory.ring.claim() else {
+        return Ok(None);
+    };
+    if !slot_is_free(driver, memory, &mut slot)? {
+        py.detach(|| wait_slot_free(driver, memory, &mut slot))?;
+    }
+    Ok(Some(slot))
+}
+
+/// Whether `slot`'s previous copy is done, never waiting: its own event asked, or the mark
+/// that follows it known or asked done (`ordering::mark_is_done`).
+fn slot_is_free(
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    slot: &mut Claim<'_>,
+) -> driver::Result<bool> {
+    match slot.previous() {
+        Previous::Done => Ok(true),
+        Previous::Event => slot.is_free(),
+        Previous::Ticket(mark) => {
+            let done = mark_is_done(driver, memory, mark)?;
+            if done {
+                slot.note_previous_done();
+            }
+            Ok(done)
+        }
+    }
+}
+
+/// Waits until `slot`'s previous copy is done: call without the GIL.
+fn wait_slot_free(
+    driver: &'static driver::Driver,
+    memory: &ContextMemory,
+    slot: &mut Claim<'_>,
+) -> driver::Result<()> {
+    if let Previous::Ticket(mark) = slot.previous() {
+        wait_for_mark_without_gil(driver, memory, mark)?;
+        slot.note_previous_done();
+    }
+    slot.wait_free()
 }
 
 /// Copies `device` into `host` after the work enqueued on `stream` (not being captured),
@@ -69,7 +146,7 @@ pub(crate) unsafe fn fetch_to_host(
     }
     if StagingRing::stages(host.len()) {
         if let Some(mut slot) = memory.ring.claim() {
-            slot.wait_free()?;
+            wait_slot_free(driver, memory, &mut slot)?;
             // SAFETY: per the caller; the slot is free and `host` fits it.
             unsafe { slot.start_to_host(device, host.len(), stream) }?;
             return slot.finish_to_host(host);
@@ -104,9 +181,14 @@ pub(crate) fn copy_to_device(
         return Ok(unsafe { driver.copy_host_to_device_async(pointer, host, stream) }?);
     }
     let memory = context_memory(driver, &context)?;
-    // SAFETY: as above.
-    unsafe { stage_to_device(py, driver, &memory, pointer, host, stream) }?;
-    after_copy(py, driver, &memory, work, Some((pointer, len)))?;
+    if work.marks_writes() {
+        // SAFETY: as above.
+        unsafe { stage_marked_to_device(py, driver, &memory, pointer, host, stream) }?;
+    } else {
+        // SAFETY: as above.
+        unsafe { stage_to_device(py, driver, &memory, pointer, host, stream) }?;
+        after_copy(py, driver, &memory, work, Some((pointer, len)))?;
+    }
     drop(buffer);
     Ok(())
 }
