@@ -69,30 +69,31 @@ EXPECTED = {
         "cuStreamIsCapturing": 2.0,
     },
     "d[1:-1]": {},
-    # the copy's mark, which its slot waits for too (no event of the slot's own); a slot is
+    # made and filled in one call: a context read and a capture check for both (and the
+    # free's); the copy's mark, which its slot waits for too (no event of the slot's own); a slot is
     # claimed once its mark is known done: the newest mark asked (relaxed) and seen done
     # tells the four slots free, so one copy in four asks (9 of 40: a synchronization between
     # the batches tells them all done)
     "to_device 32 KiB": {
-        "cuCtxGetCurrent": 3.0,
-        "cuCtxGetId": 3.0,
+        "cuCtxGetCurrent": 2.0,
+        "cuCtxGetId": 2.0,
         "cuEventQuery": 0.23,
         "cuEventRecord": 1.0,
         "cuMemcpyHtoDAsync_v2": 1.0,
-        "cuStreamIsCapturing": 3.0,
+        "cuStreamIsCapturing": 2.0,
         "cuThreadExchangeStreamCaptureMode": 0.45,
     },
     # as to_device, and the read's query of the copy's mark (the newest: its slot then needs
     # no query); the block, read by another library, is held on its free until a
     # synchronization (between the batches, not counted)
     "interface of a fresh to_device": {
-        "cuCtxGetCurrent": 3.0,
-        "cuCtxGetId": 4.0,
+        "cuCtxGetCurrent": 2.0,
+        "cuCtxGetId": 3.0,
         "cuEventQuery": 1.0,
         "cuEventRecord": 1.0,
         "cuMemAllocFromPoolAsync": 1.0,
         "cuMemcpyHtoDAsync_v2": 1.0,
-        "cuStreamIsCapturing": 2.0,
+        "cuStreamIsCapturing": 1.0,
         "cuThreadExchangeStreamCaptureMode": 2.0,
     },
     # its copy known done: nothing, as numba-cuda's dictionary

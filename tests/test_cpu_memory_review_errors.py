@@ -114,6 +114,8 @@ d = cuda.to_device(np.arange(4.0))
 event = cuda.event()
 for name in ("copy_to_host", "copy_to_device", "context_synchronize", "event_synchronize"):
     setattr(_core, name, fail)
+from fastlaunch.memory import transfers
+transfers._pool_array_from = fail  # to_device's allocation and copy, in one call
 raised = []
 for call in (d.copy_to_host, lambda: d.copy_to_device(np.ones(4)),
              lambda: cuda.to_device(np.ones(4)), cuda.synchronize, event.synchronize):

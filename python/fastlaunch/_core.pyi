@@ -80,6 +80,7 @@ __all__ = [
     "numba_pool_memory",
     "numba_device_array",
     "pool_array",
+    "pool_array_from",
     "first_axis_view",
     "copy_to_device",
     "copy_to_host",
@@ -503,6 +504,13 @@ def pool_array(
     """A ``DeviceNDArray`` of the ``objects.layout`` ``described`` over new memory from the
     current context's pool; None where Python is to make it. ``filled``: the caller copies
     all of it to the device next, on the legacy stream."""
+
+def pool_array_from(
+    described: tuple, dtype: Any, stream: Any, stream_handle: int, host: Any
+) -> Any:
+    """``pool_array`` holding ``host``'s bytes (a contiguous buffer of the array's size),
+    copied on ``stream_handle`` as ``copy_to_device`` copies them; None as for
+    ``pool_array`` (nothing copied then)."""
 
 def first_axis_view(array: Any, item: slice) -> Any:
     """``array[item]`` for ``item`` a slice of the first axis with step 1, made here where

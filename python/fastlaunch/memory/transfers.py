@@ -24,6 +24,8 @@ from fastlaunch.memory import objects, views
 from fastlaunch.memory.allocation import allocate_array
 from fastlaunch.memory.originals import original
 
+#: ``to_device``'s array made and filled in one call to Rust
+_pool_array_from = _core.pool_array_from
 #: dtype kinds whose arrays export their bytes through the buffer protocol
 _BUFFER_KINDS = frozenset("biufc")
 #: datetimes export no buffer: their bytes are copied as int64
@@ -77,6 +79,10 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
         return device_array_class(shape, obj.strides, obj.dtype, stream=stream)
     dtype = obj.dtype
     described = objects.layout(shape, obj.strides, dtype.itemsize)
+    if copy:
+        made = _pool_array_from(described, dtype, stream, handle, source)
+        if made is not None:
+            return made
     array = allocate_array(described, dtype, stream, handle, filled=copy and handle == 0)
     if copy:
         _core.copy_to_device(array.gpu_data.device_ctypes_pointer.value, source, handle)

@@ -47,7 +47,7 @@ pub(crate) use handles::{
     event_synchronize, stream_create, stream_destroy, stream_query, stream_synchronize,
     stream_wait_event,
 };
-pub(crate) use numba_arrays::{numba_device_array, numba_pool_memory, pool_array};
+pub(crate) use numba_arrays::{numba_device_array, numba_pool_memory, pool_array, pool_array_from};
 pub(crate) use numba_classes::{read_numba_contexts, read_numba_memory_classes};
 pub(crate) use numba_streams::{numba_stream, pool_numba_streams, StreamReturn};
 pub(crate) use numba_views::first_axis_view;

@@ -10,11 +10,14 @@
 //!   attribute, `_fastlaunch_description`, carries what a launch reads of it
 //!   (`classify/born.rs`), so that its first launch costs what a repeat costs;
 //! - [`pool_array`]: both over new memory from the current context's pool, in one call: what
-//!   `cuda.device_array`, `to_device` and the ufuncs' outputs make.
+//!   `cuda.device_array`, `to_device` and the ufuncs' outputs make ([`pool_array_from`]: with
+//!   the host bytes `to_device` copies in, in the same call).
 
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple, PyWeakrefProxy};
+
+use fastlaunch_driver::{self as driver, is_legacy_stream, Capture, LaunchContext};
 
 use super::current_if_any;
 use super::instances::new_instance;
@@ -22,9 +25,11 @@ use super::numba_classes::{
     given_numba_classes, numba_classes, numba_memory_manager, NumbaClasses,
 };
 use super::numba_pointers::{init_memory_pointer, owned_pointer, MemoryPointerFields};
-use super::pool::{alloc_in, mem_free};
+use super::pool::{alloc_captured_as, mem_free};
 use super::releases::pool_release;
+use super::transfers::copy_into;
 use crate::classify::born::describe_birth;
+use crate::errors::{Error, Result};
 
 /// A `DeviceNDArray` of the `objects.layout` `described` and NumPy `dtype` over new memory
 /// from the current context's pool, used on `stream` (whose handle is `stream_handle`);
@@ -41,6 +46,63 @@ pub(crate) fn pool_array<'py>(
     stream_handle: usize,
     filled: bool,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
+    Ok(new_pool_array(described, dtype, stream, stream_handle, filled)?.map(|made| made.array))
+}
+
+/// [`pool_array`] holding `host`'s bytes (a contiguous buffer of the array's size), copied
+/// on `stream_handle` as `copy_to_device` copies them: `to_device` in one call, the context
+/// read once. `None` as for `pool_array` (nothing copied then).
+#[pyfunction]
+pub(crate) fn pool_array_from<'py>(
+    described: &Bound<'py, PyTuple>,
+    dtype: &Bound<'py, PyAny>,
+    stream: &Bound<'py, PyAny>,
+    stream_handle: usize,
+    host: &Bound<'py, PyAny>,
+) -> Result<Option<Bound<'py, PyAny>>> {
+    let filled = is_legacy_stream(stream_handle);
+    let Some(made) = new_pool_array(described, dtype, stream, stream_handle, filled)? else {
+        return Ok(None);
+    };
+    let py = described.py();
+    // (the legacy stream refused while a blocking stream is captured: asked again by the
+    // copy, which raises what it raised before, enqueueing nothing)
+    let capturing = match made.capture {
+        Capture::None => Some(false),
+        Capture::Active => Some(true),
+        Capture::Implicit => None,
+    };
+    let (driver, context) = (made.driver, &made.context);
+    copy_into(
+        py,
+        driver,
+        context,
+        made.address,
+        host,
+        stream_handle,
+        None,
+        capturing,
+    )?;
+    Ok(Some(made.array))
+}
+
+/// An array [`new_pool_array`] made, with where its memory is.
+struct PoolArray<'py> {
+    array: Bound<'py, PyAny>,
+    address: u64,
+    driver: &'static driver::Driver,
+    context: LaunchContext,
+    /// The capture state of the stream it was allocated on, asked for the allocation.
+    capture: Capture,
+}
+
+fn new_pool_array<'py>(
+    described: &Bound<'py, PyTuple>,
+    dtype: &Bound<'py, PyAny>,
+    stream: &Bound<'py, PyAny>,
+    stream_handle: usize,
+    filled: bool,
+) -> PyResult<Option<PoolArray<'py>>> {
     let py = described.py();
     let Some(classes) = numba_classes(py) else {
         return Ok(None);
@@ -57,7 +119,9 @@ pub(crate) fn pool_array<'py>(
     };
     let allocations = manager.getattr(intern!(py, "allocations"))?;
     let deallocations = manager.getattr(intern!(py, "deallocations"))?;
-    let Ok(address) = alloc_in(py, driver, &current, nbytes, stream_handle, filled) else {
+    let capture = driver.capture_state(stream_handle).map_err(Error::from)?;
+    let allocated = alloc_captured_as(py, driver, &current, nbytes, stream_handle, filled, capture);
+    let Ok(address) = allocated else {
         return Ok(None);
     };
     let owned = pool_memory(
@@ -66,7 +130,14 @@ pub(crate) fn pool_array<'py>(
         address,
         nbytes as u64,
     )?;
-    device_array(classes, described, dtype, stream, &owned, Some(address)).map(Some)
+    let array = device_array(classes, described, dtype, stream, &owned, Some(address))?;
+    Ok(Some(PoolArray {
+        array,
+        address,
+        driver,
+        context: current,
+        capture,
+    }))
 }
 
 /// An `AutoFreePointer` over `address` (`nbytes` of pool memory of the context whose key is

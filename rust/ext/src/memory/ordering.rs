@@ -271,7 +271,17 @@ pub(crate) fn before_copy(
     context: &LaunchContext,
     stream: usize,
 ) -> Result<StreamWork> {
-    let work = StreamWork::on(driver, context, stream, driver.stream_is_capturing(stream)?)?;
+    before_copy_captured_as(driver, context, stream, driver.stream_is_capturing(stream)?)
+}
+
+/// [`before_copy`] where the caller just asked whether `stream` is being captured.
+pub(crate) fn before_copy_captured_as(
+    driver: &'static driver::Driver,
+    context: &LaunchContext,
+    stream: usize,
+    capturing: bool,
+) -> Result<StreamWork> {
+    let work = StreamWork::on(driver, context, stream, capturing)?;
     if work.non_blocking {
         wait_for_legacy_work(driver, context, stream)?;
     }

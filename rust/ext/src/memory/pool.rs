@@ -61,9 +61,23 @@ pub(super) fn alloc_in(
     stream: usize,
     filled: bool,
 ) -> Result<u64> {
+    let capture = driver.capture_state(stream)?;
+    alloc_captured_as(py, driver, context, nbytes, stream, filled, capture)
+}
+
+/// [`alloc_in`] where the caller asked `stream`'s capture state (`capture`) just before.
+pub(super) fn alloc_captured_as(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    context: &LaunchContext,
+    nbytes: usize,
+    stream: usize,
+    filled: bool,
+    capture: Capture,
+) -> Result<u64> {
     let memory = context_memory(driver, context)?;
     make_deferred_frees(driver, &memory)?;
-    if driver.capture_state(stream)? != Capture::None {
+    if capture != Capture::None {
         // (cuMemAlloc may wait for the device: numba-cuda's call lets the GIL go too)
         let pointer = py.detach(|| driver.alloc_now(nbytes))?;
         if pointer != 0 {

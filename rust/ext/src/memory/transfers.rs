@@ -13,13 +13,14 @@
 //! replay a staging slot's later contents), and the driver accepts or refuses them as it
 //! does numba-cuda's.
 
-use fastlaunch_driver::{self as driver, Claim, Previous, StagingRing};
+use fastlaunch_driver::{self as driver, Claim, LaunchContext, Previous, StagingRing};
 use pyo3::prelude::*;
 
 use super::buffer::HostBuffer;
 use super::context_memory::{context_memory, ContextMemory};
 use super::ordering::{
-    after_copy, before_copy, mark_is_done, mark_write, wait_for_mark_without_gil,
+    after_copy, before_copy, before_copy_captured_as, mark_is_done, mark_write,
+    wait_for_mark_without_gil,
 };
 use super::{byte_count, current};
 use crate::errors::{Error, Result};
@@ -169,10 +170,29 @@ pub(crate) fn copy_to_device(
     stream: usize,
     nbytes: Option<i64>,
 ) -> Result<()> {
+    let (driver, context) = current()?;
+    copy_into(py, driver, &context, pointer, host, stream, nbytes, None)
+}
+
+/// [`copy_to_device`] in `context`, the thread's current context; `capturing`: whether
+/// `stream` is being captured, where the caller just asked (else it is asked here).
+#[allow(clippy::too_many_arguments)] // copy_to_device's arguments, and what the caller knows
+pub(crate) fn copy_into(
+    py: Python<'_>,
+    driver: &'static driver::Driver,
+    context: &LaunchContext,
+    pointer: u64,
+    host: &Bound<'_, PyAny>,
+    stream: usize,
+    nbytes: Option<i64>,
+    capturing: Option<bool>,
+) -> Result<()> {
     let buffer = HostBuffer::take(host, false, "host")?;
     let (address, len) = (buffer.address(), copied_len(&buffer, nbytes)?);
-    let (driver, context) = current()?;
-    let work = before_copy(driver, &context, stream)?;
+    let work = match capturing {
+        Some(capturing) => before_copy_captured_as(driver, context, stream, capturing)?,
+        None => before_copy(driver, context, stream)?,
+    };
     // SAFETY: the buffer stays exported (and so in place) until `buffer` drops after this.
     let host = unsafe { std::slice::from_raw_parts(address as *const u8, len) };
     if work.capturing {
@@ -180,7 +200,7 @@ pub(crate) fn copy_to_device(
         // SAFETY: the caller gives a device range of at least `len` bytes.
         return Ok(unsafe { driver.copy_host_to_device_async(pointer, host, stream) }?);
     }
-    let memory = context_memory(driver, &context)?;
+    let memory = context_memory(driver, context)?;
     if work.marks_writes() {
         // SAFETY: as above.
         unsafe { stage_marked_to_device(py, driver, &memory, pointer, host, stream) }?;
