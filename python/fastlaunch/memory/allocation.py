@@ -113,6 +113,13 @@ def allocate_array(
     made = _pool_array(described, dtype, stream, stream_handle, filled)
     if made is not None:
         return made
+    return allocate_array_in_python(described, dtype, stream, stream_handle)
+
+
+def allocate_array_in_python(described: tuple, dtype: Any, stream: Any, stream_handle: int) -> Any:
+    """``allocate_array`` where ``_core.pool_array`` said None: the memory from ``allocate``
+    (which knows the context, or retries a failed allocation and raises numba-cuda's
+    errors), the array made around it."""
     gpu_data, address = allocate(described[5], stream_handle)
     return objects.device_ndarray(described, dtype, stream, gpu_data, address)
 

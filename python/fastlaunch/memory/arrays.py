@@ -14,8 +14,11 @@ from typing import Any
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.memory import objects
-from fastlaunch.memory.allocation import allocate, allocate_array, context
+from fastlaunch.memory.allocation import allocate, allocate_array, allocate_array_in_python, context
 from fastlaunch.memory.transfers import stream_handle
+
+#: ``allocate_array``'s first step, which ``device_array`` makes itself
+_pool_array = _core.pool_array
 
 
 def device_array(
@@ -26,7 +29,11 @@ def device_array(
         found = _contiguous_layout(shape, order, dtype)
         if found is not None:
             handle = stream_handle(stream) if stream else 0
-            return allocate_array(found[1], found[0], stream, handle)
+            # allocate_array's first step written out: one Python frame fewer per array
+            made = _pool_array(found[1], found[0], stream, handle, False)
+            if made is not None:
+                return made
+            return allocate_array_in_python(found[1], found[0], stream, handle)
     shape, strides, dtype = numba_cuda.prepare_shape_strides_dtype(shape, strides, dtype, order)
     return new_device_array(shape, strides, dtype, stream, "shape")
 

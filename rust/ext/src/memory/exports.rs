@@ -20,6 +20,16 @@ use crate::errors::Result;
 /// block of fastlaunch's (read with its `alloc_size`).
 #[pyfunction]
 pub(crate) fn settle_export(py: Python<'_>, array: &Bound<'_, PyAny>, pointer: u64) -> Result<()> {
+    settle_export_at(py, array, || Ok(pointer))
+}
+
+/// [`settle_export`], the interface's address read (`pointer`) only for memory that is not
+/// a pool block.
+fn settle_export_at(
+    py: Python<'_>,
+    array: &Bound<'_, PyAny>,
+    pointer: impl FnOnce() -> PyResult<u64>,
+) -> Result<()> {
     match pool_release_of(array) {
         Some(release) => {
             let release = release.get();
@@ -33,6 +43,7 @@ pub(crate) fn settle_export(py: Python<'_>, array: &Bound<'_, PyAny>, pointer: u
             )
         }
         None => {
+            let pointer = pointer()?;
             let nbytes: u64 = array.getattr(intern!(py, "alloc_size"))?.extract()?;
             settle_range(py, pointer, pointer.saturating_add(nbytes.max(1)), None)
         }
@@ -64,9 +75,11 @@ impl InterfaceProperty {
             return Ok(slf.clone().into_any()); // read on the class
         };
         let interface = slf.get().getter.bind(py).call1((array,))?;
-        let data = interface.get_item(intern!(py, "data"))?.get_item(0)?;
-        let pointer: Option<u64> = data.extract()?;
-        settle_export(py, array, pointer.unwrap_or(0))?;
+        let pointer = || -> PyResult<u64> {
+            let data = interface.get_item(intern!(py, "data"))?.get_item(0)?;
+            Ok(data.extract::<Option<u64>>()?.unwrap_or(0))
+        };
+        settle_export_at(py, array, pointer)?;
         Ok(interface)
     }
 
