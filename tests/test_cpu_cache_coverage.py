@@ -274,3 +274,47 @@ def test_what_cannot_be_cached_is_named_with_its_reason(runs):
     assert "not cached        1 kernel(s)" in runs["info"]
     hits = 2 * (len(KERNELS_COMPILED) - 1) - (len(KERNELS_COMPILED) - 1)
     assert f"hits / misses     {hits} / {len(KERNELS_COMPILED) - 1}" in runs["info"]
+
+
+OVERLOADS = textwrap.dedent(
+    """
+    import numpy as np
+    from numba import cuda
+    import fastlaunch as fl
+
+    def store(out, x):
+        out[0] = x
+
+    SIGNATURES = ["void(float64[::1], int32)", "void(float64[::1], float64)"]
+    out = cuda.to_device(np.zeros(1))
+    for x in (5, np.float32(1.5), True):  # a kernel each: the second and third are hits
+        kernel = fl.jit(SIGNATURES)(store)
+        try:
+            kernel[1, 1](out, x)
+            print("launched")
+        except TypeError as error:
+            print("TypeError", "Ambiguous" in str(error))
+    from fastlaunch.cache import stats
+    print("hits", stats.snapshot()["hits"])
+    """
+)
+
+
+def test_overloads_loaded_from_the_cache_are_chosen_among_as_compiled_ones(
+    numba_stand_in: Path, tmp_path: Path
+):
+    """A kernel with signatures whose overloads come from the cache picks among them as
+    numba-cuda picks (its dispatcher reads every overload's ``objectmode``, which a loaded
+    one has as a compiled one does): a conversion finds its overload, an ambiguous call
+    raises numba-cuda's TypeError."""
+    env = numba_stand_in_env(numba_stand_in, FASTLAUNCH_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run(
+        [sys.executable, "-c", OVERLOADS],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["launched", "launched", "TypeError True", "hits 4"]

@@ -1006,6 +1006,14 @@ def rebuild_kernel(dispatcher: Any, argtypes: tuple, record: dict, linking: list
     from numba.cuda.dispatcher import _Kernel
 
     kernel = _Kernel._rebuild(**_accepted(_Kernel._rebuild, kernel_states))
+    # what _Kernel.__init__ sets and _rebuild (made for unpickling) does not: the dispatcher
+    # reads them of every overload (``nopython_signatures``: ``objectmode``)
+    kernel.objectmode = False
+    kernel.py_func = dispatcher.py_func
+    kernel.argtypes = tuple(argtypes)
+    kernel.launch_bounds = dispatcher.targetoptions.get("launch_bounds")
+    kernel.lifted = []
+    kernel._referenced_environments = []
     kernel.__class__ = _cached_kernel_class()
     kernel.target_context = dispatcher.targetctx  # as a compiled kernel's (bind reads it)
     kernel._fastlaunch_source = (dispatcher.py_func, argtypes, dict(dispatcher.targetoptions))
