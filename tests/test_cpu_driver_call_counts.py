@@ -25,6 +25,9 @@ old = cuda.to_device(host)
 cuda.synchronize()
 found["interface of a fresh to_device"] = lambda: cuda.to_device(host).__cuda_array_interface__
 found["interface of an old array"] = lambda: old.__cuda_array_interface__
+back = np.empty_like(host)
+found["copy_to_host 32 KiB"] = lambda: old.copy_to_host(back)
+found["to_device and copy_to_host 32 KiB"] = lambda: cuda.to_device(host).copy_to_host(back)
 counts = {}
 for name, case in found.items():
     driver = measure(case, 40, timed, cuda.synchronize)["driver"]
@@ -98,6 +101,24 @@ EXPECTED = {
     },
     # its copy known done: nothing, as numba-cuda's dictionary
     "interface of an old array": {},
+    # a copy back on stream 0: one synchronous copy into a slot (relaxed), no event
+    "copy_to_host 32 KiB": {
+        **CONTEXT,
+        "cuMemcpyDtoH_v2": 1.0,
+        "cuStreamIsCapturing": 1.0,
+        "cuThreadExchangeStreamCaptureMode": 2.0,
+    },
+    # and after a to_device: the copy back runs after its mark, which it then knows done
+    # (as every mark before it): no query for any slot
+    "to_device and copy_to_host 32 KiB": {
+        "cuCtxGetCurrent": 3.0,
+        "cuCtxGetId": 3.0,
+        "cuEventRecord": 1.0,
+        "cuMemcpyDtoH_v2": 1.0,
+        "cuMemcpyHtoDAsync_v2": 1.0,
+        "cuStreamIsCapturing": 3.0,
+        "cuThreadExchangeStreamCaptureMode": 2.0,
+    },
 }
 
 

@@ -287,6 +287,31 @@ impl Claim<'_> {
         Ok(())
     }
 
+    /// Copies `len` bytes from `device` into `host` through the slot with the synchronous
+    /// `cuMemcpyDtoH`, which runs after all the work on the legacy stream (and the blocking
+    /// streams) enqueued before it and returns once the bytes are in the slot: no event to
+    /// record or wait for. Made in the relaxed capture mode, as the waits are. The slot must
+    /// be free; call without the GIL.
+    ///
+    /// # Safety
+    /// `device` must be readable for `host.len()` bytes.
+    pub unsafe fn to_host_now(&mut self, device: CUdeviceptr, host: &mut [u8]) -> Result<()> {
+        let len = host.len();
+        assert!(
+            len <= SLOT_BYTES && self.previous == Previous::Done,
+            "a staging slot used out of turn"
+        );
+        // SAFETY: the slot holds SLOT_BYTES >= len bytes and this claim is its only user.
+        let landing = unsafe { std::slice::from_raw_parts_mut(self.buffer as *mut u8, len) };
+        let driver = self.ring.driver;
+        // SAFETY: per the caller for `device`; stream 0 makes the copy synchronous.
+        driver.relaxed(|| unsafe { driver.copy_device_to_host_unstaged(landing, device, 0) })?;
+        // SAFETY: the copy into the slot has completed; `host` is writable for its length,
+        // at most the slot's, and does not overlap the slot.
+        unsafe { ptr::copy_nonoverlapping(self.buffer as *const u8, host.as_mut_ptr(), len) };
+        Ok(())
+    }
+
     /// Waits for the copy [`Claim::start_to_host`] enqueued (call without the GIL), then
     /// moves its bytes into `host`.
     pub fn finish_to_host(&mut self, host: &mut [u8]) -> Result<()> {

@@ -13,14 +13,16 @@
 //! replay a staging slot's later contents), and the driver accepts or refuses them as it
 //! does numba-cuda's.
 
-use fastlaunch_driver::{self as driver, Claim, LaunchContext, Previous, StagingRing};
+use fastlaunch_driver::{
+    self as driver, is_legacy_stream, Claim, LaunchContext, Previous, StagingRing,
+};
 use pyo3::prelude::*;
 
 use super::buffer::HostBuffer;
 use super::context_memory::{context_memory, ContextMemory};
 use super::ordering::{
-    after_copy, before_copy, before_copy_captured_as, mark_is_done, mark_write,
-    wait_for_mark_without_gil,
+    after_copy, before_copy, before_copy_captured_as, mark_is_done, mark_write, newest_mark,
+    note_done, wait_for_mark_without_gil,
 };
 use super::{byte_count, current};
 use crate::errors::{Error, Result};
@@ -147,6 +149,20 @@ pub(crate) unsafe fn fetch_to_host(
     }
     if StagingRing::stages(host.len()) {
         if let Some(mut slot) = memory.ring.claim() {
+            if is_legacy_stream(stream) {
+                // One synchronous copy (no event), after which every mark recorded before it
+                // is done. It runs after the slot's last copy where a mark follows that (a
+                // copy on the legacy stream too): no wait for it first.
+                if let Previous::Ticket(_) = slot.previous() {
+                    slot.note_previous_done();
+                }
+                wait_slot_free(driver, memory, &mut slot)?;
+                let before = newest_mark(memory);
+                // SAFETY: per the caller; the slot is free and `host` fits it.
+                unsafe { slot.to_host_now(device, host) }?;
+                note_done(memory, before);
+                return Ok(());
+            }
             wait_slot_free(driver, memory, &mut slot)?;
             // SAFETY: per the caller; the slot is free and `host` fits it.
             unsafe { slot.start_to_host(device, host.len(), stream) }?;
