@@ -489,7 +489,8 @@ fn wait_for_mark(
 /// Whether `mark` is done in `memory`'s context, never waiting: known done, or asked of the
 /// driver (in the relaxed capture mode). The newest mark is asked first: seen done, every
 /// mark before it is known done too (they are all on the legacy stream), and later asks find
-/// them so with no driver call (a staging slot claimed after a run of copies, say).
+/// them so with no driver call (a staging slot claimed after a run of copies, say). Seen
+/// busy (the GPU behind), the next few asks go to their own mark alone.
 pub(crate) fn mark_is_done(
     driver: &'static driver::Driver,
     memory: &ContextMemory,
@@ -499,24 +500,29 @@ pub(crate) fn mark_is_done(
         return Ok(true);
     }
     let (newest, own) = {
-        let ordering = memory.ordering();
-        (
-            ordering.mark_event(ordering.newest),
-            ordering.mark_event(mark),
-        )
+        let mut ordering = memory.ordering();
+        let newest = ordering.mark_event(ordering.newest);
+        let first = newest.filter(|_| ordering.ask_newest_first());
+        (first, ordering.mark_event(mark))
     };
     let Some((own_event, own_held)) = own else {
         return Ok(true); // never recorded: nothing was enqueued to wait for
     };
-    let own =
-        Some((own_event, own_held)).filter(|&(event, _)| newest.map(|(e, _)| e) != Some(event));
-    for (event, held) in newest.into_iter().chain(own) {
-        if held >= mark && driver.relaxed(|| driver.event_query(event))? {
+    if let Some((event, held)) = newest {
+        if driver.relaxed(|| driver.event_query(event))? {
             note_done(memory, held);
             return Ok(true);
         }
+        memory.ordering().note_newest_busy();
+        if event == own_event {
+            return Ok(false);
+        }
     }
-    Ok(false)
+    let done = driver.relaxed(|| driver.event_query(own_event))?;
+    if done {
+        note_done(memory, own_held);
+    }
+    Ok(done)
 }
 
 /// Waits (in the relaxed capture mode) until `mark` is done in `memory`'s context: call

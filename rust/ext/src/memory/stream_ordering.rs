@@ -49,7 +49,13 @@ pub(crate) struct StreamOrdering {
     /// The newest mark of the ranges given up for room (0: none).
     floor: u64,
     pub(crate) followed: Vec<FollowedStream>,
+    /// Asks of a mark that go straight to it, not to the newest mark first: after the newest
+    /// was seen busy (the GPU behind the host), a few asks skip it.
+    newest_skips: u8,
 }
+
+/// How many asks skip the newest mark after it was seen busy.
+const NEWEST_SKIPS: u8 = 3;
 
 /// Where a free was made on the legacy stream, as the newest mark then: a later mark is a
 /// command on the legacy stream after the free.
@@ -66,6 +72,7 @@ impl StreamOrdering {
             pending: Vec::new(),
             floor: 0,
             followed: Vec::new(),
+            newest_skips: 0,
         }
     }
 
@@ -91,6 +98,22 @@ impl StreamOrdering {
         let slot = (mark % MARKS as u64) as usize;
         let event = self.marks[slot].as_ref()?;
         (self.held[slot] >= mark).then(|| (event.handle(), self.held[slot]))
+    }
+
+    /// Whether an ask whether a mark is done asks the newest mark first (seen done, it tells
+    /// every mark before it done: one ask for many), unless the newest was seen busy lately
+    /// (then asking it first costs a second ask for nothing).
+    pub(crate) fn ask_newest_first(&mut self) -> bool {
+        if self.newest_skips == 0 {
+            return true;
+        }
+        self.newest_skips -= 1;
+        false
+    }
+
+    /// The newest mark was asked first and was busy.
+    pub(crate) fn note_newest_busy(&mut self) {
+        self.newest_skips = NEWEST_SKIPS;
     }
 
     /// Notes that `[start, start + len)` is ready once `mark` is done.
@@ -131,5 +154,19 @@ impl StreamOrdering {
     /// How many ranges wait (the floor counting as one).
     pub(crate) fn waiting(&self) -> usize {
         self.pending.len() + usize::from(self.floor != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_the_newest_mark_is_seen_busy_a_few_asks_skip_it() {
+        let mut ordering = StreamOrdering::new();
+        assert!(ordering.ask_newest_first());
+        ordering.note_newest_busy();
+        let asks: Vec<bool> = (0..5).map(|_| ordering.ask_newest_first()).collect();
+        assert_eq!(asks, [false, false, false, true, true]);
     }
 }
