@@ -51,9 +51,10 @@ pub(crate) unsafe fn stage_to_device(
     Ok(py.detach(|| unsafe { driver.copy_host_to_device_unstaged(device, host, stream) })?)
 }
 
-/// [`stage_to_device`] on `stream`, the legacy stream, the write then marked (`ordering::mark_write`):
-/// a staged copy's slot is followed by that mark, not by an event of its own (one record
-/// instead of two, and a slot known free once a later mark is seen done).
+/// [`stage_to_device`] on `stream`, the legacy stream, the write then marked
+/// (`ordering::mark_write`): a staged copy's slot is followed by that mark, not by an event
+/// of its own (one record instead of two, and a slot known free once a later mark is seen
+/// done).
 ///
 /// # Safety
 /// As for [`stage_to_device`].
