@@ -498,12 +498,9 @@ def numba_device_array(
     """``DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=gpu_data)`` for a
     non-empty array of the ``objects.layout`` ``described``."""
 
-def pool_array(
-    described: tuple, dtype: Any, stream: Any, stream_handle: int, filled: bool = False
-) -> Any:
+def pool_array(described: tuple, dtype: Any, stream: Any, stream_handle: int) -> Any:
     """A ``DeviceNDArray`` of the ``objects.layout`` ``described`` over new memory from the
-    current context's pool; None where Python is to make it. ``filled``: the caller copies
-    all of it to the device next, on the legacy stream."""
+    current context's pool; None where Python is to make it."""
 
 def pool_array_from(
     described: tuple, dtype: Any, stream: Any, stream_handle: int, host: Any

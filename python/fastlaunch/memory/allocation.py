@@ -100,17 +100,13 @@ def allocate(nbytes: int, stream_handle: int) -> tuple[Any, int | None]:
     return owned, address
 
 
-def allocate_array(
-    described: tuple, dtype: Any, stream: Any, stream_handle: int, filled: bool = False
-) -> Any:
+def allocate_array(described: tuple, dtype: Any, stream: Any, stream_handle: int) -> Any:
     """A ``DeviceNDArray`` of the ``objects.layout`` ``described`` (non-empty) and NumPy
     ``dtype`` over new memory (``allocate``'s), for use on ``stream`` (whose handle is
     ``stream_handle``): made in one call to Rust (``_core.pool_array``) once the context's
     numba-cuda ``Context`` is known, its memory manager numba-cuda's own; otherwise (and after
-    a failed allocation, retried here) through ``allocate``. ``filled``: the caller copies all
-    of it to the device next, on the legacy stream (``to_device``): that copy's mark orders the
-    allocation too, which needs none of its own."""
-    made = _pool_array(described, dtype, stream, stream_handle, filled)
+    a failed allocation, retried here) through ``allocate``."""
+    made = _pool_array(described, dtype, stream, stream_handle)
     if made is not None:
         return made
     return allocate_array_in_python(described, dtype, stream, stream_handle)

@@ -30,7 +30,7 @@ def device_array(
         if found is not None:
             handle = stream_handle(stream) if stream else 0
             # allocate_array's first step written out: one Python frame fewer per array
-            made = _pool_array(found[1], found[0], stream, handle, False)
+            made = _pool_array(found[1], found[0], stream, handle)
             if made is not None:
                 return made
             return allocate_array_in_python(found[1], found[0], stream, handle)

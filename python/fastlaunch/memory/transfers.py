@@ -21,7 +21,7 @@ from typing import Any
 from fastlaunch import _core
 from fastlaunch import _numba_compat as numba_cuda
 from fastlaunch.memory import objects, views
-from fastlaunch.memory.allocation import allocate_array
+from fastlaunch.memory.allocation import allocate_array, allocate_array_in_python
 from fastlaunch.memory.originals import original
 
 #: ``to_device``'s array made and filled in one call to Rust
@@ -79,13 +79,14 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
         return device_array_class(shape, obj.strides, obj.dtype, stream=stream)
     dtype = obj.dtype
     described = objects.layout(shape, obj.strides, dtype.itemsize)
-    if copy:
-        made = _pool_array_from(described, dtype, stream, handle, source)
-        if made is not None:
-            return made
-    array = allocate_array(described, dtype, stream, handle, filled=copy and handle == 0)
-    if copy:
-        _core.copy_to_device(array.gpu_data.device_ctypes_pointer.value, source, handle)
+    if not copy:
+        return allocate_array(described, dtype, stream, handle)
+    made = _pool_array_from(described, dtype, stream, handle, source)
+    if made is not None:
+        return made
+    # (where Rust made none, its pool_array would make none either: Python makes the array)
+    array = allocate_array_in_python(described, dtype, stream, handle)
+    _core.copy_to_device(array.gpu_data.device_ctypes_pointer.value, source, handle)
     return array
 
 

@@ -48,7 +48,7 @@ pub(crate) fn stage(
                     // `HostCopy`); `device` was just allocated with `len` bytes on this stream.
                     unsafe {
                         let host = std::slice::from_raw_parts(copy.host as *const u8, copy.len);
-                        stage_to_device(py, driver, &memory, device, host, stream)?;
+                        stage_to_device(py, driver, &memory, device, host, stream, false)?;
                     }
                 }
                 Ok(device)

@@ -25,7 +25,7 @@ use super::numba_classes::{
     given_numba_classes, numba_classes, numba_memory_manager, NumbaClasses,
 };
 use super::numba_pointers::{init_memory_pointer, owned_pointer, MemoryPointerFields};
-use super::pool::{alloc_captured_as, mem_free};
+use super::pool::{alloc_in, mem_free};
 use super::releases::pool_release;
 use super::transfers::copy_into;
 use crate::classify::born::describe_birth;
@@ -35,18 +35,15 @@ use crate::errors::{Error, Result};
 /// from the current context's pool, used on `stream` (whose handle is `stream_handle`);
 /// `None` where Python is to make it (no context or numba-cuda `Context` known yet, an EMM
 /// plugin's memory manager, an allocation that failed: `allocation.allocate` retries it and
-/// raises numba-cuda's errors). `filled`: the caller copies all of it to the device next, on
-/// the legacy stream (`to_device`; `pool::alloc_in`).
+/// raises numba-cuda's errors).
 #[pyfunction]
-#[pyo3(signature = (described, dtype, stream, stream_handle, filled = false))]
 pub(crate) fn pool_array<'py>(
     described: &Bound<'py, PyTuple>,
     dtype: &Bound<'py, PyAny>,
     stream: &Bound<'py, PyAny>,
     stream_handle: usize,
-    filled: bool,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    Ok(new_pool_array(described, dtype, stream, stream_handle, filled)?.map(|made| made.array))
+    Ok(new_pool_array(described, dtype, stream, stream_handle, false)?.map(|made| made.array))
 }
 
 /// [`pool_array`] holding `host`'s bytes (a contiguous buffer of the array's size), copied
@@ -96,6 +93,8 @@ struct PoolArray<'py> {
     capture: Capture,
 }
 
+/// [`pool_array`]'s array, with where its memory is. `filled`: the caller copies all of it to
+/// the device next, on the legacy stream ([`pool_array_from`]; `pool::alloc_in`).
 fn new_pool_array<'py>(
     described: &Bound<'py, PyTuple>,
     dtype: &Bound<'py, PyAny>,
@@ -120,7 +119,7 @@ fn new_pool_array<'py>(
     let allocations = manager.getattr(intern!(py, "allocations"))?;
     let deallocations = manager.getattr(intern!(py, "deallocations"))?;
     let capture = driver.capture_state(stream_handle).map_err(Error::from)?;
-    let allocated = alloc_captured_as(py, driver, &current, nbytes, stream_handle, filled, capture);
+    let allocated = alloc_in(py, driver, &current, nbytes, stream_handle, filled, capture);
     let Ok(address) = allocated else {
         return Ok(None);
     };

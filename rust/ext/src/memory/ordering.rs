@@ -379,20 +379,6 @@ pub(crate) fn after_alloc(
     Ok(())
 }
 
-/// After an allocation the caller fills next by a marked copy on the legacy stream
-/// ([`before_reuse`]'s `filled`): only followed, on a non-blocking stream (none: the legacy
-/// stream is the copy's).
-pub(crate) fn after_filled_alloc(
-    driver: &'static driver::Driver,
-    memory: &ContextMemory,
-    work: StreamWork,
-) -> Result<()> {
-    if work.non_blocking {
-        follow(driver, memory, work.stream)?;
-    }
-    Ok(())
-}
-
 /// After a freed-block cache's block of `len` bytes at `address` is handed out, ordered by
 /// [`before_reuse`] after `mark`.
 pub(crate) fn after_reuse(

@@ -17,9 +17,7 @@ use super::context_memory::{
     all_context_memory, context_memory, known_context_memory, ContextMemory,
 };
 use super::freed_blocks::SizeClass;
-use super::ordering::{
-    after_alloc, after_filled_alloc, after_reuse, before_alloc, before_reuse, order_free,
-};
+use super::ordering::{after_alloc, after_reuse, before_alloc, before_reuse, order_free};
 use super::{byte_count, current, current_if_any};
 use crate::devices::driver;
 use crate::errors::Result;
@@ -47,26 +45,15 @@ pub(crate) fn current_context_key() -> Result<Option<u64>> {
 pub(crate) fn mem_alloc(py: Python<'_>, nbytes: i64, stream: usize) -> Result<u64> {
     let nbytes = byte_count(nbytes)?;
     let (driver, context) = current()?;
-    alloc_in(py, driver, &context, nbytes, stream, false)
-}
-
-/// [`mem_alloc`] in `context`, the thread's current context. `filled`: the caller writes
-/// all of it next, on the legacy stream, through a copy that is marked (`to_device`): the
-/// allocation needs no mark of its own, the copy's follows it.
-pub(super) fn alloc_in(
-    py: Python<'_>,
-    driver: &'static driver::Driver,
-    context: &LaunchContext,
-    nbytes: usize,
-    stream: usize,
-    filled: bool,
-) -> Result<u64> {
     let capture = driver.capture_state(stream)?;
-    alloc_captured_as(py, driver, context, nbytes, stream, filled, capture)
+    alloc_in(py, driver, &context, nbytes, stream, false, capture)
 }
 
-/// [`alloc_in`] where the caller asked `stream`'s capture state (`capture`) just before.
-pub(super) fn alloc_captured_as(
+/// [`mem_alloc`] in `context`, the thread's current context, `capture` being `stream`'s
+/// capture state, asked just before. `filled`: the caller writes all of it next, on the
+/// legacy stream, through a copy that is marked (`to_device`): the allocation needs no mark
+/// of its own, the copy's follows it.
+pub(super) fn alloc_in(
     py: Python<'_>,
     driver: &'static driver::Driver,
     context: &LaunchContext,
@@ -105,10 +92,10 @@ pub(super) fn alloc_captured_as(
     if let Some(class) = class {
         memory.freed_blocks.note_handed_out(pointer, class);
     }
+    // (filled on the legacy stream: the copy's mark orders it, and work on the legacy stream
+    // has no stream of its own to follow)
     if !(filled && is_legacy_stream(stream)) {
         after_alloc(py, driver, &memory, work, pointer, size)?;
-    } else {
-        after_filled_alloc(driver, &memory, work)?;
     }
     Ok(pointer)
 }

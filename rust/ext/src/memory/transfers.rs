@@ -28,7 +28,10 @@ use super::{byte_count, current};
 use crate::errors::{Error, Result};
 
 /// Copies `host` to `device` on `stream` (not being captured) through a staging slot, or
-/// unstaged (see the module's text); returns once the host bytes are taken.
+/// unstaged (see the module's text); returns once the host bytes are taken. `marked`:
+/// `stream` is the legacy stream and the write is marked (`ordering::mark_write`); a staged
+/// copy's slot is then followed by that mark, not by an event of its own (one record instead
+/// of two, and a slot known free once a later mark is seen done).
 ///
 /// # Safety
 /// `device` must be writable for `host.len()` bytes until the copy has run.
@@ -39,44 +42,27 @@ pub(crate) unsafe fn stage_to_device(
     device: u64,
     host: &[u8],
     stream: usize,
+    marked: bool,
 ) -> Result<()> {
     if host.is_empty() {
         return Ok(());
     }
-    if let Some(mut slot) = claim_free_slot(py, driver, memory, host.len())? {
-        // SAFETY: per the caller; the slot is free and `host` fits it.
-        return Ok(unsafe { slot.to_device(device, host, stream) }?);
-    }
-    // SAFETY: per the caller.
-    Ok(py.detach(|| unsafe { driver.copy_host_to_device_unstaged(device, host, stream) })?)
-}
-
-/// [`stage_to_device`] on `stream`, the legacy stream, the write then marked
-/// (`ordering::mark_write`): a staged copy's slot is followed by that mark, not by an event
-/// of its own (one record instead of two, and a slot known free once a later mark is seen
-/// done).
-///
-/// # Safety
-/// As for [`stage_to_device`].
-unsafe fn stage_marked_to_device(
-    py: Python<'_>,
-    driver: &'static driver::Driver,
-    memory: &ContextMemory,
-    device: u64,
-    host: &[u8],
-    stream: usize,
-) -> Result<()> {
     let written = || mark_write(py, driver, memory, device, host.len());
-    if host.is_empty() {
-        return Ok(());
-    }
-    if let Some(mut slot) = claim_free_slot(py, driver, memory, host.len())? {
+    let Some(mut slot) = claim_free_slot(py, driver, memory, host.len())? else {
+        // SAFETY: per the caller.
+        py.detach(|| unsafe { driver.copy_host_to_device_unstaged(device, host, stream) })?;
+        return if marked {
+            written().map(|_| ())
+        } else {
+            Ok(())
+        };
+    };
+    if marked {
         // SAFETY: per the caller; the slot is free and `host` fits it.
         return unsafe { slot.to_device_followed_by(device, host, stream, written) };
     }
-    // SAFETY: per the caller.
-    py.detach(|| unsafe { driver.copy_host_to_device_unstaged(device, host, stream) })?;
-    written().map(|_| ())
+    // SAFETY: as above.
+    Ok(unsafe { slot.to_device(device, host, stream) }?)
 }
 
 /// A staging slot for a copy of `len` bytes, its previous copy done (waited for without the
@@ -218,12 +204,10 @@ pub(crate) fn copy_into(
         return Ok(unsafe { driver.copy_host_to_device_async(pointer, host, stream) }?);
     }
     let memory = context_memory(driver, context)?;
-    if work.marks_writes() {
-        // SAFETY: as above.
-        unsafe { stage_marked_to_device(py, driver, &memory, pointer, host, stream) }?;
-    } else {
-        // SAFETY: as above.
-        unsafe { stage_to_device(py, driver, &memory, pointer, host, stream) }?;
+    let marked = work.marks_writes();
+    // SAFETY: as above.
+    unsafe { stage_to_device(py, driver, &memory, pointer, host, stream, marked) }?;
+    if !marked {
         after_copy(py, driver, &memory, work, Some((pointer, len)))?;
     }
     drop(buffer);
