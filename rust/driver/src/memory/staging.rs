@@ -16,7 +16,6 @@
 //!
 //! A ring belongs to one context (its events do); its slots are portable pinned memory.
 
-use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -245,18 +244,9 @@ impl Claim<'_> {
         host: &[u8],
         stream: usize,
     ) -> Result<()> {
-        let len = host.len();
-        assert!(
-            len <= SLOT_BYTES && self.previous == Previous::Done,
-            "a staging slot used out of turn"
-        );
-        // SAFETY: the slot holds SLOT_BYTES >= len bytes, this claim is its only user and its
-        // last copy is done, and it does not overlap `host`.
-        let staged = unsafe {
-            ptr::copy_nonoverlapping(host.as_ptr(), self.buffer as *mut u8, len);
-            std::slice::from_raw_parts(self.buffer as *const u8, len)
-        };
         let driver = self.ring.driver;
+        let staged = self.free_bytes(host.len());
+        staged.copy_from_slice(host);
         // SAFETY: per the caller for `device`; the slot stays untouched until what follows
         // the copy says it has run.
         unsafe { driver.copy_host_to_device_async(device, staged, stream) }
@@ -273,13 +263,8 @@ impl Claim<'_> {
         len: usize,
         stream: usize,
     ) -> Result<()> {
-        assert!(
-            len <= SLOT_BYTES && self.previous == Previous::Done,
-            "a staging slot used out of turn"
-        );
-        // SAFETY: the slot holds SLOT_BYTES >= len bytes and this claim is its only user.
-        let landing = unsafe { std::slice::from_raw_parts_mut(self.buffer as *mut u8, len) };
         let driver = self.ring.driver;
+        let landing = self.free_bytes(len);
         // SAFETY: per the caller for `device`.
         unsafe { driver.copy_device_to_host_async(landing, device, stream) }?;
         driver.record_event(self.event, stream)?;
@@ -296,19 +281,11 @@ impl Claim<'_> {
     /// # Safety
     /// `device` must be readable for `host.len()` bytes.
     pub unsafe fn to_host_now(&mut self, device: CUdeviceptr, host: &mut [u8]) -> Result<()> {
-        let len = host.len();
-        assert!(
-            len <= SLOT_BYTES && self.previous == Previous::Done,
-            "a staging slot used out of turn"
-        );
-        // SAFETY: the slot holds SLOT_BYTES >= len bytes and this claim is its only user.
-        let landing = unsafe { std::slice::from_raw_parts_mut(self.buffer as *mut u8, len) };
         let driver = self.ring.driver;
+        let landing = self.free_bytes(host.len());
         // SAFETY: per the caller for `device`; stream 0 makes the copy synchronous.
         driver.relaxed(|| unsafe { driver.copy_device_to_host_unstaged(landing, device, 0) })?;
-        // SAFETY: the copy into the slot has completed; `host` is writable for its length,
-        // at most the slot's, and does not overlap the slot.
-        unsafe { ptr::copy_nonoverlapping(self.buffer as *const u8, host.as_mut_ptr(), len) };
+        host.copy_from_slice(landing);
         Ok(())
     }
 
@@ -316,12 +293,20 @@ impl Claim<'_> {
     /// moves its bytes into `host`.
     pub fn finish_to_host(&mut self, host: &mut [u8]) -> Result<()> {
         self.wait_free()?;
-        // SAFETY: the copy into the slot has completed; `host` is writable for its length,
-        // at most the slot's, and does not overlap the slot.
-        unsafe {
-            ptr::copy_nonoverlapping(self.buffer as *const u8, host.as_mut_ptr(), host.len())
-        };
+        host.copy_from_slice(self.free_bytes(host.len()));
         Ok(())
+    }
+
+    /// The slot's first `len` bytes, for a copy through it now: the slot must be free (its
+    /// last copy done) and `len` at most [`SLOT_BYTES`].
+    fn free_bytes(&mut self, len: usize) -> &mut [u8] {
+        assert!(
+            len <= SLOT_BYTES && self.previous == Previous::Done,
+            "a staging slot used out of turn"
+        );
+        // SAFETY: the slot's pinned memory holds SLOT_BYTES >= len bytes, lives as long as the
+        // ring, and this claim is its only user: no other reference to it exists.
+        unsafe { std::slice::from_raw_parts_mut(self.buffer as *mut u8, len) }
     }
 }
 
