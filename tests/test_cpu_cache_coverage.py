@@ -197,6 +197,20 @@ def _counts(lines: list[str]) -> dict:
     return json.loads(line[len("COUNTS ") :])
 
 
+def _child(source: str, env: dict[str, str], cwd: Path) -> list[str]:
+    """The lines `source` printed, run in a fresh process (which must exit 0)."""
+    done = subprocess.run(
+        [sys.executable, "-c", source],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=cwd,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
 @pytest.fixture(scope="module")
 def runs(numba_stand_in: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     folder = tmp_path_factory.mktemp("coverage")
@@ -210,16 +224,7 @@ def runs(numba_stand_in: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     )
     found = {}
     for run in ("first", "second"):
-        done = subprocess.run(
-            [sys.executable, "-c", PROGRAM],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            cwd=folder,
-        )
-        assert done.returncode == 0, done.stderr
-        lines = done.stdout.splitlines()
+        lines = _child(PROGRAM, env, folder)
         found[run] = {"counts": _counts(lines), "reports": reports(lines)}
     info = subprocess.run(
         [sys.executable, "-m", "fastlaunch", "cache"],
@@ -308,13 +313,5 @@ def test_overloads_loaded_from_the_cache_are_chosen_among_as_compiled_ones(
     one has as a compiled one does): a conversion finds its overload, an ambiguous call
     raises numba-cuda's TypeError."""
     env = numba_stand_in_env(numba_stand_in, FASTLAUNCH_CACHE_DIR=str(tmp_path / "cache"))
-    done = subprocess.run(
-        [sys.executable, "-c", OVERLOADS],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["launched", "launched", "TypeError True", "hits 4"]
+    lines = _child(OVERLOADS, env, tmp_path)
+    assert lines == ["launched", "launched", "TypeError True", "hits 4"]
