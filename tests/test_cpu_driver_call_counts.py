@@ -28,6 +28,18 @@ found["interface of an old array"] = lambda: old.__cuda_array_interface__
 back = np.empty_like(host)
 found["copy_to_host 32 KiB"] = lambda: old.copy_to_host(back)
 found["to_device and copy_to_host 32 KiB"] = lambda: cuda.to_device(host).copy_to_host(back)
+price = np.arange(4096, dtype=np.float64)
+def tutorial_memory():  # benchmarks/memory.py's Black-Scholes-shaped call, its launch left out
+    stream = cuda.stream()
+    d_price = cuda.to_device(price, stream)
+    d_strike = cuda.to_device(price, stream)
+    d_years = cuda.to_device(price, stream)
+    d_call = cuda.device_array_like(price, stream)
+    d_put = cuda.device_array_like(price, stream)
+    d_call.copy_to_host(stream=stream)
+    d_put.copy_to_host(stream=stream)
+    stream.synchronize()
+found["Black-Scholes-shaped memory calls"] = tutorial_memory
 counts = {}
 for name, case in found.items():
     driver = measure(case, 40, timed, cuda.synchronize)["driver"]
@@ -119,9 +131,61 @@ EXPECTED = {
         "cuStreamIsCapturing": 3.0,
         "cuThreadExchangeStreamCaptureMode": 2.0,
     },
+    # on a pooled (blocking) stream: its five blocks reused from the last call's frees, one
+    # mark after those frees, which the stream follows on the GPU with no wait of its own;
+    # a staged copy to the device records its slot's event (and reads the stream's id, which
+    # that event is then known by); a copy back is enqueued and its stream synchronized
+    # (relaxed), after which every slot's copy on that stream is known done: no slot is
+    # queried or waited for; the five frees and the stream's return ask their capture state
+    "Black-Scholes-shaped memory calls": {
+        "cuCtxGetCurrent": 14.0,
+        "cuCtxGetId": 15.0,
+        "cuEventRecord": 4.0,
+        "cuMemcpyDtoHAsync_v2": 2.0,
+        "cuMemcpyHtoDAsync_v2": 3.0,
+        "cuStreamGetId": 6.0,
+        "cuStreamIsCapturing": 14.0,
+        "cuStreamSynchronize": 3.0,
+        "cuThreadExchangeStreamCaptureMode": 4.0,
+    },
 }
 
 
 def test_fresh_object_calls_make_the_driver_calls_pinned(timed_driver: Path, stand_in_driver):  # noqa: F811
     lines = run_counted(SOURCE, timed_driver, stand_in_driver)
     assert json.loads(lines[-1]) == EXPECTED
+
+
+def test_a_synchronization_tells_free_only_the_slots_whose_copies_it_covered(
+    timed_driver: Path,  # noqa: F811
+    stand_in_driver,
+):
+    """Four staged copies on stream `a` fill the four staging slots. A synchronization of
+    another stream, or of `a` once its handle went to a new stream (a new id), says nothing of
+    them: each next copy asks its slot's event. One of `a` itself, or of the context, tells
+    them all free: the next four copies ask nothing."""
+    lines = run_counted(
+        CASES
+        + """
+import ctypes
+fake = ctypes.CDLL(os.environ["TIMED_CUDA_REAL"])
+host = np.arange(8192, dtype=np.float32)
+a, b = cuda.stream(), cuda.stream()
+def asks_after(synchronize):
+    kept = [cuda.to_device(host, a) for _ in range(4)]  # (kept: no free between)
+    synchronize()
+    timed.reset()
+    kept += [cuda.to_device(host, b) for _ in range(4)]
+    counted = timed.read()
+    cuda.synchronize()
+    return sum(counted.get(f, (0, 0))[0] for f in ("cuEventQuery", "cuEventSynchronize"))
+def reborn():
+    fake.fake_stream_reborn(ctypes.c_void_p(int(a.handle)))
+    a.synchronize()
+print(asks_after(b.synchronize), asks_after(reborn), asks_after(a.synchronize),
+      asks_after(cuda.synchronize))
+""",
+        timed_driver,
+        stand_in_driver,
+    )
+    assert lines[-1] == "4 4 0 0"

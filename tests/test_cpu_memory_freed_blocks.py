@@ -94,9 +94,10 @@ print(again.device_ctypes_pointer.value == address, counts.since())
 
 def test_a_reuse_is_ordered_after_the_free_on_every_stream(run_on_stand_in):
     """A command on the legacy stream after the free orders the block after its earlier users
-    on blocking streams; a stream other than the legacy one waits for it on the GPU (a
-    non-blocking one is ordered with nothing else); the reuse is legacy work, which a copy on
-    another non-blocking stream then waits for."""
+    on blocking streams, and later work on a blocking stream after it (the legacy stream
+    synchronises with both); a non-blocking stream, ordered with nothing else, waits for it on
+    the GPU, unless it is known done; the reuse is legacy work, which a copy on another
+    non-blocking stream then waits for."""
     lines = run_on_stand_in(
         PRELUDE
         + """
@@ -113,22 +114,29 @@ q = _core.mem_alloc(4096, NON_BLOCKING)  # a record on the legacy stream, a wait
 print(q in blocks, counts.since(), fake.fake_last_waiting_stream() == NON_BLOCKING)
 _core.copy_to_device(q, b"x", OTHER)  # legacy work counted since OTHER last waited
 print(counts.since().split(" waits ")[1], fake.fake_last_waiting_stream() == OTHER)
-r = _core.mem_alloc(4096, BLOCKING)  # recorded since the free already: a wait
-print(r in blocks, counts.since(), fake.fake_last_waiting_stream() == BLOCKING)
+r = _core.mem_alloc(4096, BLOCKING)  # recorded since the free already, followed: no wait
+print(r in blocks, counts.since())
 s = _core.mem_alloc(4096)  # the legacy stream: nothing to wait for
 print(s in blocks, counts.since())
 
 _core.mem_free(s)  # waits for the two non-blocking streams' work (followed since)
 t = _core.mem_alloc(4096)  # freed after the last record: recorded again
 print(t == s, counts.since(), fake.fake_last_recording_stream() == LEGACY)
+
+_core.mem_free(t)
+u = _core.mem_alloc(8192)  # another size: from the pool, a mark recorded after the free
+_core.context_synchronize()  # that mark known done
+v = _core.mem_alloc(4096, NON_BLOCKING)  # t's block, after a mark known done: no wait
+print(v == t, counts.since())
 """
     )
     assert lines == [
         "True allocs 0 frees 0 records 2 waits 1 True",
         "1 True",
-        "True allocs 0 frees 0 records 0 waits 1 True",
+        "True allocs 0 frees 0 records 0 waits 0",
         "True allocs 0 frees 0 records 0 waits 0",
         "True allocs 0 frees 0 records 1 waits 2 True",
+        "True allocs 1 frees 0 records 2 waits 0",
     ]
 
 

@@ -906,8 +906,7 @@ fn pool_allocations_round_trip_through_the_staging_ring() {
             unsafe { slot.to_device(device, &host, stream.handle()) }.unwrap();
             slot.wait_free().unwrap();
             // SAFETY: as above.
-            unsafe { slot.start_to_host(device, len, stream.handle()) }.unwrap();
-            slot.finish_to_host(&mut back).unwrap();
+            unsafe { slot.to_host_on(device, &mut back, stream.handle()) }.unwrap();
         } else {
             // SAFETY: as above.
             unsafe {

@@ -1,7 +1,7 @@
 //! Copies between pageable host memory and the device through a ring of pinned staging
 //! slots. A copy to the device returns once the host bytes are in a slot (the DMA from the
 //! slot runs on, in the stream's order, and everything later on that stream sees it); a copy
-//! back lands in a slot and is moved out once the slot's event says it is there. Each slot
+//! back lands in a slot and is moved out once the stream is synchronized. Each slot
 //! is guarded by an event recorded after the copy that uses it: its own, or one the caller
 //! records after the copy anyway and names by a *ticket* ([`Claim::to_device_followed_by`]),
 //! which saves a record and lets the caller tell that many slots are free from one answer
@@ -9,14 +9,20 @@
 //!
 //! A copy first *claims* a slot ([`StagingRing::claim`]): the claim is exclusive, taken with
 //! `try_lock` only, so no thread ever waits for a lock here, and it is held across the copy's
-//! steps without any lock. Waiting for a slot's previous copy ([`Claim::wait_free`]) and for
-//! a copy back ([`Claim::finish_to_host`]) are separate steps, so that the caller can let
-//! go of what it holds (Python's GIL) around them. When no slot can be claimed (all are in
+//! steps without any lock. Waiting for a slot's previous copy ([`Claim::wait_free`]) is a
+//! step of its own, so that the caller can let go of what it holds (Python's GIL) around it
+//! (and around a copy back, which waits too). When no slot can be claimed (all are in
 //! use by other threads, or pinned memory ran out), the caller copies without staging.
+//!
+//! A slot's own event remembers the stream it was recorded on (its handle and unique id) and
+//! its place in the ring's records, so that a synchronization of that stream (or of the
+//! context) begun after the record tells the slot free with no query of the event
+//! ([`StagingRing::note_stream_synchronized`], [`StagingRing::note_synchronized`]): a query
+//! is one of the dearest driver calls on a GPU.
 //!
 //! A ring belongs to one context (its events do); its slots are portable pinned memory.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::pinned::PinnedBuffer;
@@ -42,11 +48,21 @@ pub enum Previous {
     /// Nothing: the slot is free.
     #[default]
     Done,
-    /// The slot's own event ([`Claim::is_free`], [`Claim::wait_free`]).
-    Event,
+    /// The slot's own event ([`Claim::is_free`], [`Claim::wait_free`]), recorded as said.
+    Event(Recorded),
     /// The caller's ticket ([`Claim::to_device_followed_by`]): the caller tells when it is
     /// done ([`Claim::note_previous_done`]).
     Ticket(u64),
+}
+
+/// Where a slot's own event was recorded: the ring's record count after it, and its stream,
+/// named by its unique id too where the driver gives ids (a destroyed stream's handle may go
+/// to a new stream, whose synchronization says nothing of the old one's work).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    number: u64,
+    stream: usize,
+    id: Option<u64>,
 }
 
 #[derive(Default)]
@@ -63,6 +79,8 @@ pub struct StagingRing {
     driver: &'static Driver,
     slots: [Mutex<SlotState>; SLOTS],
     next: AtomicUsize,
+    /// The slots' own events recorded so far.
+    records: AtomicU64,
 }
 
 // SAFETY: a slot's memory is touched only by the one holder of its claim (`Claim`), and its
@@ -77,6 +95,45 @@ impl StagingRing {
             driver,
             slots: Default::default(),
             next: AtomicUsize::new(0),
+            records: AtomicU64::new(0),
+        }
+    }
+
+    /// What a synchronization starting now covers: pass it to
+    /// [`StagingRing::note_stream_synchronized`] or [`StagingRing::note_synchronized`] once the
+    /// synchronization returned.
+    pub fn records_so_far(&self) -> u64 {
+        self.records.load(Ordering::Acquire)
+    }
+
+    /// `stream` (of unique id `id`) was synchronized after `before` ([`records_so_far`] read
+    /// before the synchronization began): the slots whose event was recorded on it by then
+    /// are free. Slots held by a copy are left to it.
+    ///
+    /// [`records_so_far`]: StagingRing::records_so_far
+    pub fn note_stream_synchronized(&self, stream: usize, id: Option<u64>, before: u64) {
+        if id.is_none() {
+            return;
+        }
+        self.note_done_where(|recorded| {
+            recorded.number <= before && recorded.stream == stream && recorded.id == id
+        });
+    }
+
+    /// The context was synchronized after `before`: every slot whose event was recorded by
+    /// then is free.
+    pub fn note_synchronized(&self, before: u64) {
+        self.note_done_where(|recorded| recorded.number <= before);
+    }
+
+    fn note_done_where(&self, done: impl Fn(&Recorded) -> bool) {
+        for slot in &self.slots {
+            let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if let Previous::Event(recorded) = state.previous {
+                if !state.claimed && done(&recorded) {
+                    state.previous = Previous::Done;
+                }
+            }
         }
     }
 
@@ -155,7 +212,7 @@ impl Claim<'_> {
         match self.previous {
             Previous::Done => Ok(true),
             Previous::Ticket(_) => Err(self.unresolved_ticket()),
-            Previous::Event => {
+            Previous::Event(_) => {
                 let driver = self.ring.driver;
                 let done = driver.relaxed(|| driver.event_query(self.event));
                 if !matches!(done, Ok(false)) {
@@ -172,7 +229,7 @@ impl Claim<'_> {
         match self.previous {
             Previous::Done => Ok(()),
             Previous::Ticket(_) => Err(self.unresolved_ticket()),
-            Previous::Event => {
+            Previous::Event(_) => {
                 self.previous = Previous::Done;
                 let driver = self.ring.driver;
                 driver.relaxed(|| driver.event_synchronize(self.event))
@@ -199,8 +256,17 @@ impl Claim<'_> {
     ) -> Result<()> {
         // SAFETY: per the caller.
         unsafe { self.copy_from_slot(device, host, stream) }?;
-        self.ring.driver.record_event(self.event, stream)?;
-        self.previous = Previous::Event;
+        self.record_event(stream)
+    }
+
+    /// Records the slot's event on `stream`, after the copy just enqueued there.
+    fn record_event(&mut self, stream: usize) -> Result<()> {
+        let driver = self.ring.driver;
+        driver.record_event(self.event, stream)?;
+        // (no id, no synchronization tells the slot free: its event is asked instead)
+        let id = driver.stream_id(stream).ok().flatten();
+        let number = self.ring.records.fetch_add(1, Ordering::AcqRel) + 1;
+        self.previous = Previous::Event(Recorded { number, stream, id });
         Ok(())
     }
 
@@ -226,8 +292,7 @@ impl Claim<'_> {
                 Ok(())
             }
             Err(error) => {
-                self.ring.driver.record_event(self.event, stream)?;
-                self.previous = Previous::Event;
+                self.record_event(stream)?;
                 Err(error)
             }
         }
@@ -252,23 +317,30 @@ impl Claim<'_> {
         unsafe { driver.copy_host_to_device_async(device, staged, stream) }
     }
 
-    /// Enqueues the copy of `len` bytes from `device` into the slot after the work on
-    /// `stream`; [`Claim::finish_to_host`] moves them out. Same conditions as `to_device`.
+    /// Copies `host.len()` bytes from `device` into `host` through the slot, after the work
+    /// enqueued on `stream` (not the legacy stream: [`Claim::to_host_now`]): the copy is
+    /// enqueued there and the stream synchronized, after which every slot whose event was
+    /// recorded on `stream` before is known free too. No event is recorded. Made in the
+    /// relaxed capture mode, as the waits are; `stream` must not be being captured, and the
+    /// slot must be free. Call without the GIL.
     ///
     /// # Safety
-    /// `device` must be readable for `len` bytes.
-    pub unsafe fn start_to_host(
+    /// `device` must be readable for `host.len()` bytes.
+    pub unsafe fn to_host_on(
         &mut self,
         device: CUdeviceptr,
-        len: usize,
+        host: &mut [u8],
         stream: usize,
     ) -> Result<()> {
         let driver = self.ring.driver;
-        let landing = self.free_bytes(len);
+        let id = driver.stream_id(stream).ok().flatten();
+        let before = self.ring.records_so_far();
+        let landing = self.free_bytes(host.len());
         // SAFETY: per the caller for `device`.
         unsafe { driver.copy_device_to_host_async(landing, device, stream) }?;
-        driver.record_event(self.event, stream)?;
-        self.previous = Previous::Event;
+        driver.relaxed(|| driver.stream_synchronize(stream))?;
+        host.copy_from_slice(landing);
+        self.ring.note_stream_synchronized(stream, id, before);
         Ok(())
     }
 
@@ -286,14 +358,6 @@ impl Claim<'_> {
         // SAFETY: per the caller for `device`; stream 0 makes the copy synchronous.
         driver.relaxed(|| unsafe { driver.copy_device_to_host_unstaged(landing, device, 0) })?;
         host.copy_from_slice(landing);
-        Ok(())
-    }
-
-    /// Waits for the copy [`Claim::start_to_host`] enqueued (call without the GIL), then
-    /// moves its bytes into `host`.
-    pub fn finish_to_host(&mut self, host: &mut [u8]) -> Result<()> {
-        self.wait_free()?;
-        host.copy_from_slice(self.free_bytes(host.len()));
         Ok(())
     }
 

@@ -38,14 +38,23 @@ pub(crate) fn stream_destroy(handle: usize) -> Result<()> {
 }
 
 /// Waits until all work submitted to the stream has finished; for the legacy stream, notes
-/// the memory API's marks recorded before as done.
+/// the memory API's marks recorded before as done; for another, the staging slots whose
+/// copies were enqueued on it before as free.
 #[pyfunction]
 pub(crate) fn stream_synchronize(py: Python<'_>, handle: usize) -> Result<()> {
     let (driver, context) = current()?;
-    if !is_legacy_stream(handle) {
-        return Ok(py.detach(|| driver.stream_synchronize(handle))?);
+    if is_legacy_stream(handle) {
+        return synchronized(py, &context, || driver.stream_synchronize(handle)).map(drop);
     }
-    synchronized(py, &context, || driver.stream_synchronize(handle)).map(drop)
+    let Some(memory) = known_context_memory(context.key()) else {
+        return Ok(py.detach(|| driver.stream_synchronize(handle))?);
+    };
+    // (no id: no slot is told free; the synchronization reports a bad handle itself)
+    let id = driver.stream_id(handle).ok().flatten();
+    let before = memory.ring.records_so_far();
+    py.detach(|| driver.stream_synchronize(handle))?;
+    memory.ring.note_stream_synchronized(handle, id, before);
+    Ok(())
 }
 
 /// Whether all work submitted to the stream has finished.
@@ -110,11 +119,16 @@ pub(crate) fn event_elapsed_ms(start: usize, end: usize) -> Result<f32> {
 #[pyfunction]
 pub(crate) fn context_synchronize(py: Python<'_>) -> Result<()> {
     let (driver, context) = current()?;
-    match synchronized(py, &context, || driver.synchronize())? {
-        // the work queued ahead of the exported frees held has run: they may go to the pool
-        Some(memory) => free_exported_after_synchronize(driver, &memory),
-        None => Ok(()),
+    let copies_before = known_context_memory(context.key()).map(|m| m.ring.records_so_far());
+    let Some(memory) = synchronized(py, &context, || driver.synchronize())? else {
+        return Ok(());
+    };
+    // (every stream of the context ran dry: the staging slots' copies too)
+    if let Some(before) = copies_before {
+        memory.ring.note_synchronized(before);
     }
+    // the work queued ahead of the exported frees held has run: they may go to the pool
+    free_exported_after_synchronize(driver, &memory)
 }
 
 /// Runs `wait` (a synchronization covering the legacy stream of `context`, the current

@@ -227,9 +227,10 @@ pub(crate) fn order_free(
 /// given to the pool) is handed out again on `stream`, not being captured: orders every later
 /// use of it after its earlier users, as the pool's free and allocation would have. A mark
 /// after the free (recorded now if none was since) orders it after the earlier users on
-/// blocking streams, and any later work on a blocking stream after it (the legacy stream
-/// synchronises with both); a stream other than the legacy one also waits for that mark on
-/// the GPU (a non-blocking stream, or one of another context, is ordered with nothing else).
+/// blocking streams, and any later work on a blocking stream of the context after it (the
+/// legacy stream synchronises with both): a non-blocking stream, or one of another context,
+/// which is ordered with nothing else, also waits for that mark on the GPU, unless it is
+/// known done.
 /// `None`: it cannot be ordered now (a blocking stream is being captured, which refuses the
 /// legacy stream): use the pool. Then call [`after_reuse`]. `filled`: the block is written
 /// next on the legacy stream by a marked copy (`pool::alloc_in`), itself a command there
@@ -256,7 +257,11 @@ pub(crate) fn before_reuse(
         record_mark(driver, &mut ordering)?;
     }
     let mark = ordering.newest;
-    if let Some((event, _)) = ordering.mark_event(mark).filter(|_| !legacy) {
+    let known_done = mark <= memory.done_mark.load(Ordering::Acquire);
+    if let Some((event, _)) = ordering
+        .mark_event(mark)
+        .filter(|_| work.non_blocking && !known_done)
+    {
         driver.stream_wait_event(stream, event)?; // (the newest mark is always recorded)
     }
     Ok(Some((work, mark)))

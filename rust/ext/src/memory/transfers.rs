@@ -94,7 +94,7 @@ fn slot_is_free(
 ) -> driver::Result<bool> {
     match slot.previous() {
         Previous::Done => Ok(true),
-        Previous::Event => slot.is_free(),
+        Previous::Event(_) => slot.is_free(),
         Previous::Ticket(mark) => {
             let done = mark_is_done(driver, memory, mark)?;
             if done {
@@ -152,8 +152,7 @@ pub(crate) unsafe fn fetch_to_host(
             }
             wait_slot_free(driver, memory, &mut slot)?;
             // SAFETY: per the caller; the slot is free and `host` fits it.
-            unsafe { slot.start_to_host(device, host.len(), stream) }?;
-            return slot.finish_to_host(host);
+            return unsafe { slot.to_host_on(device, host, stream) };
         }
     }
     // SAFETY: per the caller.
