@@ -112,8 +112,8 @@ impl StagingRing {
     ///
     /// [`records_so_far`]: StagingRing::records_so_far
     pub fn note_stream_synchronized(&self, stream: usize, id: Option<u64>, before: u64) {
-        if id.is_none() {
-            return;
+        if id.is_none() || crate::stream::is_default_stream(stream) {
+            return; // (no event is known by a default stream: see `stream_identity`)
         }
         self.note_done_where(|recorded| {
             recorded.number <= before && recorded.stream == stream && recorded.id == id
@@ -263,8 +263,7 @@ impl Claim<'_> {
     fn record_event(&mut self, stream: usize) -> Result<()> {
         let driver = self.ring.driver;
         driver.record_event(self.event, stream)?;
-        // (no id, no synchronization tells the slot free: its event is asked instead)
-        let id = driver.stream_id(stream).ok().flatten();
+        let id = stream_identity(driver, stream);
         let number = self.ring.records.fetch_add(1, Ordering::AcqRel) + 1;
         self.previous = Previous::Event(Recorded { number, stream, id });
         Ok(())
@@ -333,7 +332,7 @@ impl Claim<'_> {
         stream: usize,
     ) -> Result<()> {
         let driver = self.ring.driver;
-        let id = driver.stream_id(stream).ok().flatten();
+        let id = stream_identity(driver, stream);
         let before = self.ring.records_so_far();
         let landing = self.free_bytes(host.len());
         // SAFETY: per the caller for `device`.
@@ -372,6 +371,17 @@ impl Claim<'_> {
         // ring, and this claim is its only user: no other reference to it exists.
         unsafe { std::slice::from_raw_parts_mut(self.buffer as *mut u8, len) }
     }
+}
+
+/// `stream`'s unique id, by which its synchronization tells slots free; none for a default
+/// stream (the per-thread one is a different stream in each thread under one handle) or
+/// where the driver gives no id: no synchronization of the stream tells its slots free, their
+/// events are asked instead.
+fn stream_identity(driver: &Driver, stream: usize) -> Option<u64> {
+    if crate::stream::is_default_stream(stream) {
+        return None;
+    }
+    driver.stream_id(stream).ok().flatten()
 }
 
 impl Drop for Claim<'_> {
