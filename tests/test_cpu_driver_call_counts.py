@@ -180,7 +180,7 @@ def asks_after(synchronize):
     cuda.synchronize()
     return sum(counted.get(f, (0, 0))[0] for f in ("cuEventQuery", "cuEventSynchronize"))
 def reborn():
-    fake.fake_stream_reborn(ctypes.c_void_p(int(a.handle)))
+    fake.fake_stream_reborn(ctypes.c_void_p(_core.memory_stream_handle(a)))
     a.synchronize()
 print(asks_after(b.synchronize), asks_after(reborn), asks_after(a.synchronize),
       asks_after(cuda.synchronize))
