@@ -17,7 +17,7 @@
 //! A slot's own event remembers the stream it was recorded on (its handle and unique id) and
 //! its place in the ring's records, so that a synchronization of that stream (or of the
 //! context) begun after the record tells the slot free with no query of the event
-//! ([`StagingRing::note_stream_synchronized`], [`StagingRing::note_synchronized`]): a query
+//! ([`StagingRing::synchronizing_stream`], [`StagingRing::synchronizing_context`]): a query
 //! is one of the dearest driver calls on a GPU.
 //!
 //! A ring belongs to one context (its events do); its slots are portable pinned memory.
@@ -99,31 +99,32 @@ impl StagingRing {
         }
     }
 
-    /// What a synchronization starting now covers: pass it to
-    /// [`StagingRing::note_stream_synchronized`] or [`StagingRing::note_synchronized`] once the
-    /// synchronization returned.
-    pub fn records_so_far(&self) -> u64 {
-        self.records.load(Ordering::Acquire)
-    }
-
-    /// `stream` (of unique id `id`) was synchronized after `before` ([`records_so_far`] read
-    /// before the synchronization began): the slots whose event was recorded on it by then
-    /// are free. Slots held by a copy are left to it.
-    ///
-    /// [`records_so_far`]: StagingRing::records_so_far
-    pub fn note_stream_synchronized(&self, stream: usize, id: Option<u64>, before: u64) {
-        if id.is_none() || crate::stream::is_default_stream(stream) {
-            return; // (no event is known by a default stream: see `stream_identity`)
+    /// Runs `synchronize`, a synchronization of `stream` (call without the GIL), then tells
+    /// free every slot whose event was recorded on `stream` before it began. Slots held by a
+    /// copy are left to it; a stream known by no id (`stream_identity`) tells none free.
+    pub fn synchronizing_stream<T>(
+        &self,
+        stream: usize,
+        synchronize: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let id = stream_identity(self.driver, stream);
+        let before = self.records.load(Ordering::Acquire);
+        let synchronized = synchronize()?;
+        if id.is_some() {
+            self.note_done_where(|recorded| {
+                recorded.number <= before && recorded.stream == stream && recorded.id == id
+            });
         }
-        self.note_done_where(|recorded| {
-            recorded.number <= before && recorded.stream == stream && recorded.id == id
-        });
+        Ok(synchronized)
     }
 
-    /// The context was synchronized after `before`: every slot whose event was recorded by
-    /// then is free.
-    pub fn note_synchronized(&self, before: u64) {
+    /// Runs `synchronize`, a synchronization of the whole context (call without the GIL),
+    /// then tells free every slot whose event was recorded before it began.
+    pub fn synchronizing_context<T>(&self, synchronize: impl FnOnce() -> Result<T>) -> Result<T> {
+        let before = self.records.load(Ordering::Acquire);
+        let synchronized = synchronize()?;
         self.note_done_where(|recorded| recorded.number <= before);
+        Ok(synchronized)
     }
 
     fn note_done_where(&self, done: impl Fn(&Recorded) -> bool) {
@@ -331,15 +332,14 @@ impl Claim<'_> {
         host: &mut [u8],
         stream: usize,
     ) -> Result<()> {
-        let driver = self.ring.driver;
-        let id = stream_identity(driver, stream);
-        let before = self.ring.records_so_far();
+        let (ring, driver) = (self.ring, self.ring.driver);
         let landing = self.free_bytes(host.len());
         // SAFETY: per the caller for `device`.
         unsafe { driver.copy_device_to_host_async(landing, device, stream) }?;
-        driver.relaxed(|| driver.stream_synchronize(stream))?;
+        ring.synchronizing_stream(stream, || {
+            driver.relaxed(|| driver.stream_synchronize(stream))
+        })?;
         host.copy_from_slice(landing);
-        self.ring.note_stream_synchronized(stream, id, before);
         Ok(())
     }
 

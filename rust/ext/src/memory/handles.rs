@@ -8,9 +8,7 @@
 //! context's, and creating needs one. The GIL is let go only around the calls that block
 //! (synchronizing); the rest return at once, and letting the GIL go would cost more than they do.
 
-use std::sync::Arc;
-
-use fastlaunch_driver::{is_legacy_stream, LaunchContext};
+use fastlaunch_driver::is_legacy_stream;
 use pyo3::prelude::*;
 
 use super::context_memory::{known_context_memory, ContextMemory};
@@ -43,18 +41,14 @@ pub(crate) fn stream_destroy(handle: usize) -> Result<()> {
 #[pyfunction]
 pub(crate) fn stream_synchronize(py: Python<'_>, handle: usize) -> Result<()> {
     let (driver, context) = current()?;
-    if is_legacy_stream(handle) {
-        return synchronized(py, &context, || driver.stream_synchronize(handle)).map(drop);
-    }
+    let synchronize = || driver.stream_synchronize(handle);
     let Some(memory) = known_context_memory(context.key()) else {
-        return Ok(py.detach(|| driver.stream_synchronize(handle))?);
+        return Ok(py.detach(synchronize)?);
     };
-    // (no id: no slot is told free; the synchronization reports a bad handle itself)
-    let id = driver.stream_id(handle).ok().flatten();
-    let before = memory.ring.records_so_far();
-    py.detach(|| driver.stream_synchronize(handle))?;
-    memory.ring.note_stream_synchronized(handle, id, before);
-    Ok(())
+    if is_legacy_stream(handle) {
+        return synchronized(py, &memory, synchronize);
+    }
+    Ok(py.detach(|| memory.ring.synchronizing_stream(handle, synchronize))?)
 }
 
 /// Whether all work submitted to the stream has finished.
@@ -119,32 +113,27 @@ pub(crate) fn event_elapsed_ms(start: usize, end: usize) -> Result<f32> {
 #[pyfunction]
 pub(crate) fn context_synchronize(py: Python<'_>) -> Result<()> {
     let (driver, context) = current()?;
-    let copies_before = known_context_memory(context.key()).map(|m| m.ring.records_so_far());
-    let Some(memory) = synchronized(py, &context, || driver.synchronize())? else {
-        return Ok(());
+    let Some(memory) = known_context_memory(context.key()) else {
+        return Ok(py.detach(|| driver.synchronize())?);
     };
     // (every stream of the context ran dry: the staging slots' copies too)
-    if let Some(before) = copies_before {
-        memory.ring.note_synchronized(before);
-    }
+    synchronized(py, &memory, || {
+        memory.ring.synchronizing_context(|| driver.synchronize())
+    })?;
     // the work queued ahead of the exported frees held has run: they may go to the pool
     free_exported_after_synchronize(driver, &memory)
 }
 
-/// Runs `wait` (a synchronization covering the legacy stream of `context`, the current
-/// context) without the GIL, then notes the memory API's marks recorded before it as done,
-/// so that reading an array's interface asks nothing more of them. Returns the context's
-/// memory state, where it has one.
+/// Runs `wait` (a synchronization covering the legacy stream of `memory`'s context, the
+/// current one) without the GIL, then notes the memory API's marks recorded before it as
+/// done, so that reading an array's interface asks nothing more of them.
 fn synchronized(
     py: Python<'_>,
-    context: &LaunchContext,
+    memory: &ContextMemory,
     wait: impl FnOnce() -> fastlaunch_driver::Result<()> + Send,
-) -> Result<Option<Arc<ContextMemory>>> {
-    let memory = known_context_memory(context.key());
-    let newest = memory.as_deref().map(newest_mark);
+) -> Result<()> {
+    let newest = newest_mark(memory);
     py.detach(wait)?;
-    if let (Some(memory), Some(newest)) = (&memory, newest) {
-        note_done(memory, newest);
-    }
-    Ok(memory)
+    note_done(memory, newest);
+    Ok(())
 }
