@@ -11,9 +11,9 @@
 use fastlaunch_driver::is_legacy_stream;
 use pyo3::prelude::*;
 
-use super::context_memory::{known_context_memory, ContextMemory};
+use super::context_memory::known_context_memory;
 use super::current;
-use super::ordering::{newest_mark, note_done};
+use super::ordering::covering_marks;
 use super::pool::free_exported_after_synchronize;
 use crate::devices::driver;
 use crate::errors::Result;
@@ -46,7 +46,7 @@ pub(crate) fn stream_synchronize(py: Python<'_>, handle: usize) -> Result<()> {
         return Ok(py.detach(synchronize)?);
     };
     if is_legacy_stream(handle) {
-        return synchronized(py, &memory, synchronize);
+        return Ok(py.detach(|| covering_marks(&memory, synchronize))?);
     }
     Ok(py.detach(|| memory.ring.synchronizing_stream(handle, synchronize))?)
 }
@@ -116,24 +116,10 @@ pub(crate) fn context_synchronize(py: Python<'_>) -> Result<()> {
     let Some(memory) = known_context_memory(context.key()) else {
         return Ok(py.detach(|| driver.synchronize())?);
     };
-    // (every stream of the context ran dry: the staging slots' copies too)
-    synchronized(py, &memory, || {
-        memory.ring.synchronizing_context(|| driver.synchronize())
-    })?;
+    // (every stream of the context ran dry: the legacy stream's marks and the staging slots'
+    // copies too)
+    let synchronize = || memory.ring.synchronizing_context(|| driver.synchronize());
+    py.detach(|| covering_marks(&memory, synchronize))?;
     // the work queued ahead of the exported frees held has run: they may go to the pool
     free_exported_after_synchronize(driver, &memory)
-}
-
-/// Runs `wait` (a synchronization covering the legacy stream of `memory`'s context, the
-/// current one) without the GIL, then notes the memory API's marks recorded before it as
-/// done, so that reading an array's interface asks nothing more of them.
-fn synchronized(
-    py: Python<'_>,
-    memory: &ContextMemory,
-    wait: impl FnOnce() -> fastlaunch_driver::Result<()> + Send,
-) -> Result<()> {
-    let newest = newest_mark(memory);
-    py.detach(wait)?;
-    note_done(memory, newest);
-    Ok(())
 }

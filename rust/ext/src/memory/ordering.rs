@@ -439,7 +439,7 @@ fn count_waiting(before: usize, after: usize) {
 
 /// Notes that `mark` and every mark before it are done in `memory`'s context (a wait saw
 /// it done, or a synchronization covering the legacy stream ran after it was recorded).
-pub(crate) fn note_done(memory: &ContextMemory, mark: u64) {
+fn note_done(memory: &ContextMemory, mark: u64) {
     if memory.done_mark.fetch_max(mark, Ordering::AcqRel) >= mark {
         return;
     }
@@ -584,10 +584,17 @@ fn wait_for_legacy_work(
     Ok(())
 }
 
-/// The newest mark recorded in `memory`'s context: what a synchronization started now
-/// covers.
-pub(crate) fn newest_mark(memory: &ContextMemory) -> u64 {
-    memory.ordering().newest
+/// Runs `wait`, a wait covering the legacy stream of `memory`'s context (a synchronization of
+/// it or of the context, a synchronous copy on it: call without the GIL), then notes every
+/// mark recorded before it began as done, so that later reads ask nothing more of them.
+pub(crate) fn covering_marks<T>(
+    memory: &ContextMemory,
+    wait: impl FnOnce() -> driver::Result<T>,
+) -> driver::Result<T> {
+    let newest = memory.ordering().newest;
+    let waited = wait()?;
+    note_done(memory, newest);
+    Ok(waited)
 }
 
 /// What `__cuda_array_interface__` (and DLPack) of a device array needs before another

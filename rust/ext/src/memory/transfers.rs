@@ -21,8 +21,8 @@ use pyo3::prelude::*;
 use super::buffer::HostBuffer;
 use super::context_memory::{context_memory, ContextMemory};
 use super::ordering::{
-    after_copy, before_copy, before_copy_captured_as, mark_is_done, mark_write, newest_mark,
-    note_done, wait_for_mark_without_gil,
+    after_copy, before_copy, before_copy_captured_as, covering_marks, mark_is_done, mark_write,
+    wait_for_mark_without_gil,
 };
 use super::{byte_count, current};
 use crate::errors::{Error, Result};
@@ -144,11 +144,8 @@ pub(crate) unsafe fn fetch_to_host(
                     slot.note_previous_done();
                 }
                 wait_slot_free(driver, memory, &mut slot)?;
-                let before = newest_mark(memory);
                 // SAFETY: per the caller; the slot is free and `host` fits it.
-                unsafe { slot.to_host_now(device, host) }?;
-                note_done(memory, before);
-                return Ok(());
+                return covering_marks(memory, || unsafe { slot.to_host_now(device, host) });
             }
             wait_slot_free(driver, memory, &mut slot)?;
             // SAFETY: per the caller; the slot is free and `host` fits it.
