@@ -237,3 +237,82 @@ print(transfers.plain_match(scalar, np.array(1.0)))
 """
     )
     assert lines == ["4.0", "True"]
+
+
+DEVICE_ARRAY_CALLS = """
+from fastlaunch.memory import arrays, streams
+
+made_stream = streams.stream()
+tagged = np.dtype(np.float32, metadata={"unit": "m"})
+calls = [
+    ((8,), {}), ((8,), {}), (((2, 3),), {}), ((8, np.float32), {}), ((8, "int16"), {}),
+    ((8,), {"dtype": tagged}), ((8,), {"dtype": np.dtype(np.float32)}),
+    (((2, 3), np.int8), {"order": "F"}), (((2, 3),), {"order": "A"}),
+    (((2, 3),), {"order": None}), ((8,), {"dtype": None}), ((8,), {"strides": None}),
+    (((2, 3),), {"strides": (8, 16)}), ((8,), {"stream": made_stream}),
+    ((8,), {"stream": 0}), ((8,), {"stream": None}), ((8,), {"stream": 5}),
+    ((True,), {}), ((0,), {}), ((-3,), {}), ((2**70,), {}), (((2, 3.0),), {}),
+    (([2, 3],), {}), ((8, "no such dtype"), {}), ((8, float, None, "C", 0, "extra"), {}),
+] + [((n,), {}) for n in range(1, 12)]  # more shapes than the table keeps
+
+def outcome(call, args, kwargs):
+    try:
+        d = call(*args, **kwargs)
+    except Exception as error:
+        # (the Python side's own name aside)
+        message = str(error).replace("device_array_in_python(", "device_array(")
+        return ("raised", type(error).__name__, message)
+    given = kwargs.get("dtype", args[1] if len(args) > 1 else None)
+    return (type(d).__name__, d.shape, d.strides, str(d.dtype), d.dtype.metadata,
+            d.dtype is given, d.stream is kwargs.get("stream", 0), d.size, d.alloc_size)
+"""
+
+
+def test_device_array_from_its_table_is_what_the_python_side_makes(run_on_stand_in):
+    """``device_array`` (Rust, ``device_array_call.rs``) against ``device_array_in_python``,
+    call by call: the same array (shape, strides, the very dtype given, the stream object) or
+    the same exception, for calls its table serves, calls it hands to Python (strides, an
+    order or dtype of None, unusual shapes) and bad ones."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + DEVICE_ARRAY_CALLS
+        + """
+for args, kwargs in calls * 2:  # the second time from the table
+    ours = outcome(arrays.device_array, args, kwargs)
+    theirs = outcome(arrays.device_array_in_python, args, kwargs)
+    if ours != theirs:
+        print("differs", args, kwargs, ours, theirs)
+print(len(calls))
+"""
+    )
+    assert lines == ["36"]
+
+
+def test_device_array_from_its_table_runs_no_python(run_on_stand_in):
+    """A call the table serves makes no Python call: no frame of ``arrays.py``'s."""
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+import sys
+from fastlaunch.memory import arrays
+
+def python_calls(call):
+    seen = []
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename == arrays.__file__:
+            seen.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+for _ in range(2):
+    print(python_calls(lambda: arrays.device_array((4, 5), np.float32, order="F")))
+print(python_calls(lambda: arrays.device_array((4, 5), np.float32, strides=(4, 16))))
+"""
+    )
+    assert lines[0].startswith("['_contiguous_layout'")
+    assert lines[1] == "[]"
+    assert lines[2].startswith("['device_array_in_python'")

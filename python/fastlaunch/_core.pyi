@@ -79,6 +79,8 @@ __all__ = [
     "read_numba_contexts",
     "numba_pool_memory",
     "numba_device_array",
+    "device_array",
+    "give_device_array",
     "pool_array",
     "pool_array_from",
     "first_axis_view",
@@ -497,6 +499,15 @@ def numba_device_array(
 ) -> Any:
     """``DeviceNDArray(shape, strides, dtype, stream=stream, gpu_data=gpu_data)`` for a
     non-empty array of the ``objects.layout`` ``described``."""
+
+def device_array(
+    shape: Any, dtype: Any = "float64", strides: Any = None, order: str = "C", stream: Any = 0
+) -> Any:
+    """numba-cuda's ``cuda.device_array``: the common call made here, every other by the
+    Python side ``give_device_array`` gave."""
+
+def give_device_array(in_python: Any, contiguous_layout: Any, allocate_in_python: Any) -> None:
+    """Gives ``device_array`` its Python side (the first call counts)."""
 
 def pool_array(described: tuple, dtype: Any, stream: Any, stream_handle: int) -> Any:
     """A ``DeviceNDArray`` of the ``objects.layout`` ``described`` over new memory from the

@@ -21,10 +21,11 @@ from fastlaunch.memory.transfers import stream_handle
 _pool_array = _core.pool_array
 
 
-def device_array(
+def device_array_in_python(
     shape: Any, dtype: Any = "float64", strides: Any = None, order: str = "C", stream: Any = 0
 ) -> Any:
-    """numba-cuda's ``cuda.device_array``: an uninitialised ``DeviceNDArray``."""
+    """numba-cuda's ``cuda.device_array``: an uninitialised ``DeviceNDArray``. ``device_array``
+    (below) calls this for every call its table of layouts does not serve."""
     if strides is None and type(order) is str:
         found = _contiguous_layout(shape, order, dtype)
         if found is not None:
@@ -136,6 +137,14 @@ def _contiguous_strides(shape: tuple, itemsize: int, order: str) -> tuple:
         strides[axis] = stride
         stride *= shape[axis]
     return tuple(strides)
+
+
+_core.give_device_array(device_array_in_python, _contiguous_layout, allocate_array_in_python)
+
+#: numba-cuda's ``cuda.device_array``: in Rust (``rust/ext/src/memory/device_array_call.rs``),
+#: which makes a contiguous array of a shape and dtype made before on the thread with no Python
+#: frame, and calls ``device_array_in_python`` for every other call
+device_array = _core.device_array
 
 
 def new_device_array(shape: Any, strides: Any, dtype: Any, stream: Any, argument: str) -> Any:

@@ -111,6 +111,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::numba_pool_memory, m)?)?;
     m.add_function(wrap_pyfunction!(memory::numba_device_array, m)?)?;
     m.add_function(wrap_pyfunction!(memory::pool_array, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::device_array, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::give_device_array, m)?)?;
     m.add_function(wrap_pyfunction!(memory::pool_array_from, m)?)?;
     m.add_function(wrap_pyfunction!(memory::first_axis_view, m)?)?;
     m.add_function(wrap_pyfunction!(memory::copy_to_device, m)?)?;

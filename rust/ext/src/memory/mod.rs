@@ -6,7 +6,8 @@
 //! numba-cuda's `Stream` objects over pooled streams (`numba_streams.rs`), its arrays over pool
 //! memory (`numba_arrays.rs`, their pointers `numba_pointers.rs`) and their views `d[a:b]`
 //! (`numba_views.rs`), from its classes (`numba_classes.rs`). `python/fastlaunch/memory/`
-//! builds numba-cuda's other objects.
+//! builds numba-cuda's other objects; `cuda.device_array`'s common call comes straight here
+//! (`device_array_call.rs`).
 //!
 //! Every call works in the thread's current context (device 0's primary context when none
 //! is current, as launches do). What a context needs for it ([`ContextMemory`]) is made on
@@ -18,6 +19,7 @@
 
 mod buffer;
 mod context_memory;
+mod device_array_call;
 mod exports;
 mod freed_blocks;
 mod handles;
@@ -41,6 +43,7 @@ use crate::devices::driver;
 use crate::errors::{Error, Result};
 
 pub(crate) use context_memory::{at_exit, context_memory, forget_context};
+pub(crate) use device_array_call::{device_array, give_device_array};
 pub(crate) use exports::{settle_export, InterfaceProperty};
 pub(crate) use handles::{
     context_synchronize, event_create, event_destroy, event_elapsed_ms, event_query, event_record,

@@ -84,8 +84,8 @@ pub(crate) fn pool_array_from<'py>(
 }
 
 /// An array [`new_pool_array`] made, with where its memory is.
-struct PoolArray<'py> {
-    array: Bound<'py, PyAny>,
+pub(super) struct PoolArray<'py> {
+    pub(super) array: Bound<'py, PyAny>,
     address: u64,
     driver: &'static driver::Driver,
     context: LaunchContext,
@@ -95,7 +95,7 @@ struct PoolArray<'py> {
 
 /// [`pool_array`]'s array, with where its memory is. `filled`: the caller copies all of it to
 /// the device next, on the legacy stream ([`pool_array_from`]; `pool::alloc_in`).
-fn new_pool_array<'py>(
+pub(super) fn new_pool_array<'py>(
     described: &Bound<'py, PyTuple>,
     dtype: &Bound<'py, PyAny>,
     stream: &Bound<'py, PyAny>,
