@@ -141,29 +141,6 @@ def test_a_stream_object_no_one_holds_is_not_kept_by_the_configurations():
     assert fresh[1, 1, held] is launcher
 
 
-def test_a_run_of_new_stream_objects_is_not_kept_by_the_ring():
-    """Past two stream objects in a row that the ring did not hold (a new object per call),
-    a launcher is not remembered, so its stream goes with the call; one that comes back is
-    remembered within 16 calls and found from then on."""
-    import weakref
-
-    @fastlaunch.jit
-    def fresh(a):
-        pass
-
-    for handle in range(10, 13):
-        fresh[1, 1, Stream(handle)]
-    made = Stream(20)
-    released = weakref.ref(made)
-    fresh[1, 1, made]
-    del made
-    assert released() is None
-    again = Stream(30)
-    launchers = [fresh[1, 1, again] for _ in range(17)]
-    assert launchers[-1] is launchers[-2]
-    assert fresh[1, 1, again] is launchers[-1]
-
-
 def test_cached_configurations_are_bounded_and_collected_with_their_kernel():
     import gc
     import weakref

@@ -18,17 +18,14 @@
 //! and found by the stream object's address (which a held launcher's stream keeps): the
 //! inline spelling on a reused stream, or on a few streams in turn, gets its launcher back
 //! without reading the stream. The ring keeps at most `RECENT` streams alive per kernel, and
-//! none that only its launcher holds once the next stream object is remembered. A new stream
-//! object per call never comes back to the ring, so past two misses in a row only every 16th
-//! launcher is remembered (an object that does come back is found again within 16 calls): the
-//! launcher is then dropped with its call, the pooled stream goes back to its pool at once,
-//! and the next call's stream has the same handle, whose configuration hits.
+//! none that only its launcher holds once the next stream object is remembered: a new pooled
+//! stream per call then rotates over two pooled handles, whose configurations hit.
 //!
 //! Entries are read lock-free (`ArcSwap`); a miss inserts under a lock, evicting the oldest
 //! entry once `CAPACITY` are held. The entries and the ring hold their launchers, which hold
 //! the kernel: the kernel reports them to Python's cycle collector (`Kernel.__traverse__`).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -42,9 +39,6 @@ use pyo3::types::PyTuple;
 const CAPACITY: usize = 16;
 /// Launchers over stream objects held per kernel, the last made first.
 const RECENT: usize = 4;
-/// Misses of the ring in a row after which only every `SAMPLED`th launcher is remembered.
-const MISSES_REMEMBERED: u32 = 2;
-const SAMPLED: u32 = 16;
 
 /// A launch stream as written.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -226,8 +220,6 @@ pub(crate) struct Configurations {
     last_hit: AtomicUsize,
     /// The launchers made last over stream objects, the last made first.
     recent: ArcSwap<Vec<Arc<Recent>>>,
-    /// Stream objects in a row the ring did not hold (a new one per call).
-    recent_misses: AtomicU32,
     insert_lock: Mutex<()>,
     /// Configurations parsed in full by `kernel[...]` (for tests).
     parses: AtomicU64,
@@ -239,7 +231,6 @@ impl Configurations {
             entries: ArcSwap::from_pointee(Vec::new()),
             last_hit: AtomicUsize::new(0),
             recent: ArcSwap::from_pointee(Vec::new()),
-            recent_misses: AtomicU32::new(0),
             insert_lock: Mutex::new(()),
             parses: AtomicU64::new(0),
         }
@@ -274,7 +265,6 @@ impl Configurations {
         let key = written.key(StreamKey::Default);
         let recent = self.recent.load();
         let found = recent.iter().find(|r| r.stream == stream && r.key == key)?;
-        self.recent_misses.store(0, Ordering::Relaxed);
         Some(found.launcher.bind(py).clone())
     }
 
@@ -283,24 +273,14 @@ impl Configurations {
     /// the launcher alone): a stream made per call is then collected now, not `RECENT` calls
     /// later, and a pooled one is back in its pool for the next call. Dropped after the lock
     /// is released (see [`Configurations::insert`]).
-    ///
-    /// After a miss of the ring `recent` is remembered the first two times in a row, then
-    /// every `SAMPLED`th (see the module's note); the unreachable launchers go either way.
     pub(crate) fn remember_recent(&self, py: Python<'_>, recent: Recent) {
-        let misses = self.recent_misses.fetch_add(1, Ordering::Relaxed);
-        let remembered = misses < MISSES_REMEMBERED || misses.is_multiple_of(SAMPLED);
-        if !remembered && !self.recent.load().iter().any(|r| r.unreachable(py)) {
-            return; // (`recent` dropped here: its launcher is the caller's alone)
-        }
         let replaced = {
             let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
             let current = self.recent.load_full();
             let mut next = Vec::with_capacity(RECENT);
-            if remembered {
-                next.push(Arc::new(recent));
-            }
+            next.push(Arc::new(recent));
             let kept = current.iter().filter(|r| !r.unreachable(py));
-            next.extend(kept.take(RECENT - usize::from(remembered)).cloned());
+            next.extend(kept.take(RECENT - 1).cloned());
             self.recent.swap(Arc::new(next))
         };
         drop(replaced);
