@@ -195,9 +195,10 @@ fn pool_memory<'py>(
         }
     };
     // AutoFreePointer.__init__ is MemoryPointer.__init__'s, and the finalizer
+    let address_int = address.into_pyobject(py)?.into_any();
     let fields = MemoryPointerFields {
         context,
-        address,
+        address: &address_int,
         size: nbytes,
         managed: true,
         owner: &py.None().into_bound(py),
@@ -206,12 +207,12 @@ fn pool_memory<'py>(
     init_memory_pointer(classes, &memory, fields)?;
     let proxy = PyWeakrefProxy::new(&memory)?;
     let view = proxy.clone().into_any();
-    let owned = owned_pointer(classes, proxy, &view, Some(release.unbind()), address)?;
+    let owned = owned_pointer(classes, proxy, &view, Some(release.unbind()), &address_int)?;
     // numba-cuda's allocations are a UniqueDict; a live pool address is unique already, so
     // it is entered with dict's own __setitem__, past UniqueDict's check
     match allocations.cast::<PyDict>() {
-        Ok(allocations) => allocations.set_item(address, &memory)?,
-        Err(_) => allocations.set_item(address, &memory)?,
+        Ok(allocations) => allocations.set_item(&address_int, &memory)?,
+        Err(_) => allocations.set_item(&address_int, &memory)?,
     }
     Ok(owned)
 }

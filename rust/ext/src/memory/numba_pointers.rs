@@ -14,7 +14,8 @@ use super::releases::{deref_when_collected, PoolRelease};
 pub(super) struct MemoryPointerFields<'a, 'py> {
     /// numba-cuda's `Context` (a weak proxy of it).
     pub(super) context: &'a Bound<'py, PyAny>,
-    pub(super) address: u64,
+    /// The address, a Python int (shared with the `OwnedPointer`'s, as one conversion).
+    pub(super) address: &'a Bound<'py, PyAny>,
     pub(super) size: u64,
     /// Whether freeing it is numba-cuda's (its own allocations), not another pointer's.
     pub(super) managed: bool,
@@ -33,10 +34,12 @@ pub(super) fn init_memory_pointer(
 ) -> PyResult<()> {
     let py = memory.py();
     let pointer = classes.device_pointer.bind(py).call1((fields.address,))?;
+    // one int for both, as `__init__` sets them from its one argument
+    let size = fields.size.into_pyobject(py)?;
     memory.setattr(intern!(py, "context"), fields.context)?;
     memory.setattr(intern!(py, "device_pointer"), &pointer)?;
-    memory.setattr(intern!(py, "size"), fields.size)?;
-    memory.setattr(intern!(py, "_cuda_memsize_"), fields.size)?;
+    memory.setattr(intern!(py, "size"), &size)?;
+    memory.setattr(intern!(py, "_cuda_memsize_"), &size)?;
     memory.setattr(intern!(py, "is_managed"), fields.managed)?;
     memory.setattr(intern!(py, "refct"), 1)?;
     memory.setattr(intern!(py, "handle"), &pointer)?;
@@ -51,13 +54,13 @@ pub(super) fn init_memory_pointer(
 /// reference on that allocation through `proxy` (a weak proxy of it), as
 /// `OwnedPointer.__init__` sets it; its `deref` runs in Rust when it is collected (`release`:
 /// the allocation's, for pool memory). Its `device_ctypes_pointer` (`address`) is set too, so
-/// reading it takes no `__getattr__` through the view.
+/// reading it takes no `__getattr__` through the view (`address`: a Python int).
 pub(super) fn owned_pointer<'py>(
     classes: &NumbaClasses,
     proxy: Bound<'py, PyWeakrefProxy>,
     view: &Bound<'py, PyAny>,
     release: Option<Py<PoolRelease>>,
-    address: u64,
+    address: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = proxy.py();
     let owned = new_instance(classes.owned_pointer.bind(py))?;

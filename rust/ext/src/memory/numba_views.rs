@@ -218,9 +218,10 @@ fn owned_view<'py>(
     let owner = owner_of(&view)?;
     // MemoryPointer.view: a MemoryPointer of the owner ...
     let memory = new_instance(classes.memory_pointer.bind(py))?;
+    let address = address.into_pyobject(py)?.into_any();
     let fields = MemoryPointerFields {
         context: &view.getattr(intern!(py, "context"))?,
-        address,
+        address: &address,
         size,
         managed: false,
         owner: &owner,
@@ -232,7 +233,7 @@ fn owned_view<'py>(
     let refct = intern!(py, "refct");
     owner.setattr(refct, owner.getattr(refct)?.extract::<i64>()? + 1)?;
     let proxy = PyWeakrefProxy::new(&owner)?;
-    owned_pointer(classes, proxy, &memory, None, address)
+    owned_pointer(classes, proxy, &memory, None, &address)
 }
 
 /// `view.owner` (`MemoryPointer.owner`: the pointer itself, or its `_owner`) without the
