@@ -134,22 +134,16 @@ fn order_of(order: &Bound<'_, PyAny>) -> Option<bool> {
     }
 }
 
-/// A shape as `device_array` takes it: an `int`, or a tuple of `int`.
-#[derive(PartialEq, Eq)]
-enum Shape {
-    Extent(i64),
-    Extents(SmallVec<[i64; 4]>),
-}
+/// A shape's extents, where it is an exact `int` or an exact tuple of exact `int`s (each
+/// within i64): `n` and `(n,)` give one layout (`objects.layout` is keyed by the extents).
+type Extents = SmallVec<[i64; 4]>;
 
-impl Shape {
-    /// `shape` when it is an exact `int` or an exact tuple of exact `int`s (each within i64).
-    fn of(shape: &Bound<'_, PyAny>) -> Option<Shape> {
-        if let Ok(extents) = shape.cast_exact::<PyTuple>() {
-            let read = extents.iter_borrowed().map(|extent| exact_i64(&extent));
-            return read.collect::<Option<_>>().map(Shape::Extents);
-        }
-        exact_i64(shape).map(Shape::Extent)
+fn extents_of(shape: &Bound<'_, PyAny>) -> Option<Extents> {
+    if let Ok(extents) = shape.cast_exact::<PyTuple>() {
+        let read = extents.iter_borrowed().map(|extent| exact_i64(&extent));
+        return read.collect();
     }
+    exact_i64(shape).map(|extent| SmallVec::from_slice(&[extent]))
 }
 
 fn exact_i64(value: &Bound<'_, PyAny>) -> Option<i64> {
@@ -163,7 +157,7 @@ fn exact_i64(value: &Bound<'_, PyAny>) -> Option<i64> {
 /// A contiguous layout `_contiguous_layout` returned, for the very dtype object it was given
 /// (held here, so no other object takes its address).
 struct Layout {
-    shape: Shape,
+    extents: Extents,
     dtype: Py<PyAny>,
     fortran: bool,
     /// `(NumPy dtype, objects.layout)`, the very tuple.
@@ -188,7 +182,7 @@ fn contiguous_layout<'py>(
     order: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let py = shape.py();
-    let Some(read) = Shape::of(shape) else {
+    let Some(extents) = extents_of(shape) else {
         return Ok(None);
     };
     let kept = LAYOUTS.with(|layouts| {
@@ -196,7 +190,7 @@ fn contiguous_layout<'py>(
         let layout = layouts.iter().find(|layout| {
             layout.dtype.as_ptr() == dtype.as_ptr()
                 && layout.fortran == fortran
-                && layout.shape == read
+                && layout.extents == extents
         })?;
         Some(layout.found.bind(py).clone())
     });
@@ -218,7 +212,7 @@ fn contiguous_layout<'py>(
                     layouts.remove(0);
                 }
                 layouts.push(Layout {
-                    shape: read,
+                    extents,
                     dtype: dtype.clone().unbind(),
                     fortran,
                     found: found.clone().unbind(),
