@@ -310,7 +310,7 @@ print(hits() - before)
 """,
     )
     # the first two launches are remembered, the next six match the second
-    assert lines == ["6,read,read,read,scalar", "8"]
+    assert lines == ["6,read,read,same layout,scalar", "8"]
 
 
 def test_new_tensors_each_launch_are_each_asked_their_negative_bit_and_kept_nowhere(
@@ -478,3 +478,58 @@ print(weakref.getweakrefcount(kept))
 """,
     )
     assert lines == ["3", "1"]  # launches 16, 32 and 48 of the 56 after the eighth
+
+
+def test_new_tensors_of_the_last_layout_rewrite_their_data_slot_and_others_are_read(
+    run_on_stand_in,
+):
+    """A new tensor each launch, of the layout read last (type, dtype, shape, strides,
+    device): only its data slot is rewritten (`classify/same_layout.rs`), to what packing it
+    in full gives, byte offset included. A tensor differing in any of these is read in full
+    and packed as it is; one on a device the launch cannot reach is refused as the full read
+    refuses it, after a run of tensors that could."""
+    lines = run(
+        run_on_stand_in,
+        f"""
+import sys
+sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+from exchange_tensors import Tensor
+
+INT32 = (0, 32, 1)
+def strided(pointer, shape=(4, 8), strides=(16, 1), **kw):
+    tensor = Tensor(shape, pointer, **kw)
+    return tensor.as_strided_(shape, strides)
+kernel = kernel_for(2)
+floats = register(kernel, (strided(0x2_0000_0000), 1.0))
+ints = register(kernel, (strided(0x2_0000_0000, dtype=INT32), 1.0))
+for step in range(6):
+    launched_as_packed(kernel, (strided(0x2_0000_0000 + 0x1000 * step), 1.0), floats)
+print(*_core._remembered_checks(), sep=",")
+offset = strided(0x3_0000_0000)
+offset.byte_offset = 64
+others = [
+    (strided(0x3_0000_1000), floats),
+    (offset, floats),
+    (strided(0x3_0000_2000, shape=(2, 8)), floats),
+    (strided(0x3_0000_3000, strides=(32, 1)), floats),
+    (strided(0x3_0000_4000, dtype=INT32), ints),
+    (strided(0x3_0000_5000), floats),
+]
+for tensor, packed_as in others:
+    launched_as_packed(kernel, (tensor, 2.0), packed_as)
+    launched_as_packed(kernel, (strided(tensor.address + 0x100, (tensor.shape), tensor.stride(),
+                                        dtype=(tensor.code, tensor.bits, tensor.lanes)), 2.0),
+                       packed_as)
+print(*_core._remembered_checks(), sep=",")
+try:
+    kernel[1, 1](strided(0x4_0000_0000, device=1), 3.0)
+except Exception as e:
+    print(type(e).__name__, "device" in str(e))
+launched_as_packed(kernel, (strided(0x5_0000_0000), 4.0), floats)
+""",
+    )
+    assert lines == [
+        "same layout,scalar",
+        "same layout,scalar",
+        "KernelArgumentError True",
+    ]

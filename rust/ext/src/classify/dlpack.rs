@@ -63,7 +63,7 @@ thread_local! {
 /// every tensor not in the table is asked. `remember`: the launch keeps what it reads (not
 /// during a run of new tensors, each read once: `repeat.rs`), so a clear tensor goes into the
 /// table. Whether the tensor was found in the table (a tensor read before).
-fn refuse_lazy_sign_view(
+pub(super) fn refuse_lazy_sign_view(
     arg: &Bound<'_, PyAny>,
     tensor: &DLTensor,
     at: Position<'_>,

@@ -19,7 +19,8 @@
 //! - `ctypes_word`: a ctypes unsigned word's value (numba's `device_ctypes_pointer`);
 //! - `arrays`: what every array source shares (shape, strides, layout, element types:
 //!   numeric, record, datetime);
-//! - `recheck`: what a launch like the last one (`repeat.rs`) checks of its arguments.
+//! - `recheck`: what a launch like the last one (`repeat.rs`) checks of its arguments;
+//! - `same_layout`: a new array where a launch like the last read one of the same layout.
 //!
 //! Adding a source: a file with its `read` function, a [`Strategy`] variant, its arm in
 //! [`read_arg`], and its test in [`resolve_strategy`] (in the order the sources are tried).
@@ -39,6 +40,7 @@ mod known;
 mod numba;
 mod recheck;
 mod records;
+mod same_layout;
 mod scalars;
 
 use std::cell::{Cell, RefCell};
@@ -56,6 +58,7 @@ use crate::scratch::{ArgValue, ArrayArg, HostCopy, Scratch, ValueAt};
 pub(crate) use arrays::MAX_NDIM;
 pub(crate) use known::HeldObjects;
 pub(crate) use recheck::{HeldCupyShape, ScalarSlots, Unchanged};
+pub(crate) use same_layout::SameLayout;
 
 impl ValueAt {
     fn next(scratch: &Scratch, at: Position<'_>) -> ValueAt {

@@ -146,6 +146,39 @@ pub(crate) fn exchange_api(class: &Bound<'_, PyAny>) -> Option<ExchangeApi> {
     None
 }
 
+/// `arg` read through its producer's exchange API; None (and no Python error left set) when
+/// the producer refuses.
+pub(crate) fn read_tensor(arg: &Bound<'_, PyAny>, read: DLTensorFromPyObject) -> Option<DLTensor> {
+    let mut tensor = DLTensor::empty();
+    // SAFETY: `read` is the exchange API of `arg`'s type (found through the launch's type
+    // cache, which holds the type and so the producer's library); the tensor is ours.
+    let rc = unsafe { read(arg.as_ptr().cast(), &mut tensor) };
+    if rc != 0 {
+        drop(PyErr::take(arg.py()));
+        return None;
+    }
+    Some(tensor)
+}
+
+/// A tensor's shape and strides (None: none given). Valid while the tensor's object lives
+/// and is not changed, which holds for the length of a call that holds the object.
+pub(crate) fn dims(tensor: &DLTensor) -> Option<(&[i64], Option<&[i64]>)> {
+    let ndim = usize::try_from(tensor.ndim).ok()?;
+    if ndim == 0 {
+        return Some((&[], None));
+    }
+    if tensor.shape.is_null() {
+        return None;
+    }
+    // SAFETY: per `crate::interop::dlpack`'s invariants, `shape` points to `ndim` values and `strides`
+    // is null or points to `ndim` values, valid while the producing object lives unchanged.
+    let shape = unsafe { std::slice::from_raw_parts(tensor.shape, ndim) };
+    let strides = (!tensor.strides.is_null())
+        // SAFETY: as above.
+        .then(|| unsafe { std::slice::from_raw_parts(tensor.strides, ndim) });
+    Some((shape, strides))
+}
+
 const LEGACY_CAPSULE: &CStr = c"dltensor";
 
 /// The `DLTensor` inside a `__dlpack__()` capsule (named "dltensor"); the capsule must

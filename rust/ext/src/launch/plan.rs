@@ -16,6 +16,10 @@ use crate::scratch::ArgValue;
 #[path = "plan_proptests.rs"]
 mod plan_proptests;
 
+/// Where an array's data pointer is among its slots (after meminfo, parent, nitems and
+/// itemsize).
+pub(crate) const ARRAY_DATA_SLOT: usize = 4;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Param {
     Array {
@@ -210,6 +214,7 @@ mod tests {
                 u64::from(1.5f32.to_bits())
             ]
         );
+        assert_eq!(out.slots()[ARRAY_DATA_SLOT], 0xdead_0000);
     }
 
     #[test]

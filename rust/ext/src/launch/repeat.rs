@@ -14,7 +14,9 @@
 //! - a scalar of the same exact type (`classify::ScalarSlots`): its value written into its
 //!   slot;
 //! - anything else (tuples, CUDA Array Interface objects, ...): read again as a launch reads
-//!   it, its fingerprint bytes compared, its slots repacked.
+//!   it, its fingerprint bytes compared, its slots repacked; a CuPy array or a tensor of the
+//!   layout read last (a new array each step) rewrites its data slot alone
+//!   (`classify::SameLayout`).
 //!
 //! A launch that does not match runs the full path (which raises what it would have raised)
 //! and is remembered in place of the older of that kernel's two. Launches with records, with
@@ -29,10 +31,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use smallvec::SmallVec;
 
-use crate::classify::{Position, ScalarSlots, Unchanged};
+use crate::classify::{Position, SameLayout, ScalarSlots, Unchanged};
 use crate::launch::overloads::Overload;
 use crate::launch::packed::{pack_argument, pack_by_argument, read_argument, PackedArgument};
-use crate::launch::plan::{Param, Plan};
+use crate::launch::plan::{Param, Plan, ARRAY_DATA_SLOT};
 use crate::scratch::{ArgValue, Scratch};
 
 /// Launches remembered per thread, all kernels together; the least recently used leaves.
@@ -49,12 +51,8 @@ enum ArgCheck {
     },
     /// A scalar of the same type, written into its slots (from `slot`).
     Scalar { slots: ScalarSlots, slot: usize },
-    /// Read again: its fingerprint bytes must be the same; its values are packed into its
-    /// slots.
-    Read {
-        argument: PackedArgument,
-        new_objects: NewObjects,
-    },
+    /// Read again (`Reread`).
+    Read(Reread),
 }
 
 /// How many launches in a row a read argument was an object its source had not read before
@@ -83,12 +81,86 @@ impl NewObjects {
             NewObjects(self.0.wrapping_add(1))
         }
     }
+}
 
-    fn read(argument: PackedArgument) -> ArgCheck {
-        ArgCheck::Read {
+/// An argument read again on each launch: its fingerprint bytes must be the same, and its
+/// values are packed into its slots. `same_layout`: the layout it was last read with, for a
+/// new array of that layout, whose data slot alone is rewritten (`classify::SameLayout`).
+struct Reread {
+    argument: PackedArgument,
+    new_objects: NewObjects,
+    same_layout: Option<SameLayout>,
+}
+
+impl Reread {
+    fn new(argument: PackedArgument) -> Reread {
+        Reread {
             argument,
             new_objects: NewObjects::default(),
+            same_layout: None,
         }
+    }
+
+    /// Rewrites the argument's slots in `params` for `arg` (`fingerprint`: the remembered
+    /// launch's): whether `arg` fits them.
+    #[inline]
+    fn refill(
+        &mut self,
+        arg: &Bound<'_, PyAny>,
+        at: Position<'_>,
+        (plan, names): (&Plan, &[String]),
+        (fingerprint, params): (&[u8], &mut ParamBuffer),
+        scratch: &mut Scratch,
+    ) -> bool {
+        scratch.forget_reads = !self.new_objects.worth_remembering();
+        scratch.read_was_known = false;
+        let refilled = match self.data_of_same_layout(arg, at, scratch) {
+            Some(data) => params
+                .slots_mut()
+                .get_mut(self.argument.slots.start + ARRAY_DATA_SLOT)
+                .map(|slot| *slot = data)
+                .is_some(),
+            None => self.read_in_full(arg, at, (plan, names), (fingerprint, params), scratch),
+        };
+        self.new_objects = self.new_objects.after(scratch.read_was_known);
+        scratch.forget_reads = false;
+        refilled
+    }
+
+    fn data_of_same_layout(
+        &self,
+        arg: &Bound<'_, PyAny>,
+        at: Position<'_>,
+        scratch: &mut Scratch,
+    ) -> Option<u64> {
+        self.same_layout.as_ref()?.data_of(arg, at, scratch)
+    }
+
+    /// Reads `arg` as a launch reads it and packs it into the argument's slots, keeping its
+    /// layout for the next launch.
+    fn read_in_full(
+        &mut self,
+        arg: &Bound<'_, PyAny>,
+        at: Position<'_>,
+        (plan, names): (&Plan, &[String]),
+        (fingerprint, params): (&[u8], &mut ParamBuffer),
+        scratch: &mut Scratch,
+    ) -> bool {
+        let argument = &self.argument;
+        let values_start = scratch.values.len();
+        let expected = &fingerprint[argument.fingerprint.clone()];
+        let read = read_argument(arg, at, expected, scratch).unwrap_or(false);
+        let packed = read
+            .then(|| pack_argument(plan, argument.first_value, values_start, names, scratch).ok())
+            .flatten()
+            .filter(|packed| packed.len() == argument.slots.len());
+        let Some(packed) = packed else {
+            self.same_layout = None;
+            return false;
+        };
+        params.slots_mut()[argument.slots.clone()].copy_from_slice(packed);
+        self.same_layout = SameLayout::of(arg, argument.slots.len());
+        true
     }
 }
 
@@ -256,7 +328,7 @@ impl LastLaunch {
                     return None;
                 }
                 // Its slots are about to hold another object's values: from now on read.
-                *check = NewObjects::read(argument.clone());
+                *check = ArgCheck::Read(Reread::new(argument.clone()));
             }
             let matches = match check {
                 ArgCheck::Unchanged { .. } => true, // (one that holds is passed above)
@@ -267,26 +339,9 @@ impl LastLaunch {
                         None => false,
                     }
                 }
-                ArgCheck::Read {
-                    argument,
-                    new_objects,
-                } => {
-                    let expected = &self.fingerprint[argument.fingerprint.clone()];
-                    let values_start = scratch.values.len();
-                    scratch.forget_reads = !new_objects.worth_remembering();
-                    scratch.read_was_known = false;
-                    let read = read_argument(&arg, at, expected, scratch).unwrap_or(false);
-                    *new_objects = new_objects.after(scratch.read_was_known);
-                    scratch.forget_reads = false;
-                    read && pack_argument(plan, argument.first_value, values_start, names, scratch)
-                        .is_ok_and(|packed| {
-                            let fits = packed.len() == argument.slots.len();
-                            if fits {
-                                self.params.slots_mut()[argument.slots.clone()]
-                                    .copy_from_slice(packed);
-                            }
-                            fits
-                        })
+                ArgCheck::Read(reread) => {
+                    let parts = (&self.fingerprint[..], &mut self.params);
+                    reread.refill(&arg, at, (plan, names), parts, scratch)
                 }
             };
             if !matches {
@@ -395,12 +450,14 @@ fn check_for(
         }
         _ => {}
     }
-    NewObjects::read(argument)
+    ArgCheck::Read(Reread::new(argument))
 }
 
 /// How each argument of this thread's most recently used remembered launch is checked
 /// when it comes again: `"numba array"`, `"cupy array"`, `"tensor"` (proven unchanged),
-/// `"scalar"` (its value rewritten) or `"read"` (read again and repacked); for tests.
+/// `"scalar"` (its value rewritten), `"read"` (read again and repacked) or `"same
+/// layout"` (the same, but a new array of the layout last read rewrites its data slot
+/// alone); for tests.
 #[pyfunction]
 pub(crate) fn _remembered_checks() -> Vec<&'static str> {
     REMEMBERED_LAUNCHES.with(|cell| {
@@ -413,7 +470,11 @@ pub(crate) fn _remembered_checks() -> Vec<&'static str> {
             let name = |check: &ArgCheck| match check {
                 ArgCheck::Unchanged { proof, .. } => proof.kind_name(),
                 ArgCheck::Scalar { .. } => "scalar",
-                ArgCheck::Read { .. } => "read",
+                ArgCheck::Read(Reread {
+                    same_layout: Some(_),
+                    ..
+                }) => "same layout",
+                ArgCheck::Read(_) => "read",
             };
             launch.args.iter().map(name).collect()
         })
