@@ -172,3 +172,62 @@ def test_cupys_current_stream_is_read_as_cupy_reads_it():
     with cupy.cuda.Stream() as other:
         assert _core._cupy_current_stream()[0] == other.ptr != stream
     assert _core._cupy_current_stream()[0] == stream
+
+
+@pytest.mark.parametrize("source", ["cupy", "torch"])
+def test_new_arrays_each_step_of_one_layout_and_then_others(source):
+    """A loop making its arrays anew each step: once the launch is remembered, a new CuPy
+    array or torch tensor of the layout read last rewrites its data slot alone
+    (`classify/same_layout.rs`); views of other shapes, strides and offsets between them are
+    read in full. Every step computes what numba-cuda computes over the same values."""
+    from fastlaunch import _core
+
+    if source == "cupy":
+        lib = pytest.importorskip("cupy")
+
+        def array(values):
+            return lib.asarray(values)
+
+        def host(a):
+            return lib.asnumpy(a)
+
+    else:
+        lib = pytest.importorskip("torch")
+
+        def array(values):
+            return lib.as_tensor(values, device="cuda")
+
+        def host(a):
+            return a.cpu().numpy()
+
+    @fl.jit
+    def scaled(out, x, a):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a * x[i]
+
+    @cuda.jit
+    def numba_scaled(out, x, a):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a * x[i]
+
+    rng = np.random.default_rng(11)
+    base = rng.random(4 * N, dtype=np.float32)
+    # (start, stop, step) of the view of `base` each step passes: one layout for the first
+    # twelve steps, then other sizes, strides and offsets, then the first layout again
+    views = [(step, step + N, 1) for step in range(12)]
+    views += [(5, 5 + N // 2, 1), (0, 2 * N, 2), (3, 3 + 3 * N, 3), (7, 7 + N, 1)]
+    views += [(step, step + N, 1) for step in range(20, 26)]
+    for step, (start, stop, stride) in enumerate(views):
+        values = base[start:stop:stride]
+        whole = array(base)
+        x = whole[start:stop:stride]
+        out = array(np.zeros(values.size, np.float32))
+        scaled[(values.size + 127) // 128, 128](out, x, np.float32(step))
+        expected = cuda.device_array(values.size, np.float32)
+        given = cuda.to_device(np.ascontiguousarray(values))
+        numba_scaled[(values.size + 127) // 128, 128](expected, given, np.float32(step))
+        np.testing.assert_array_equal(host(out), expected.copy_to_host(), err_msg=f"step {step}")
+        if step == 11:
+            assert _core._remembered_checks() == ["same layout", "same layout", "scalar"]
