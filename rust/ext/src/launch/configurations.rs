@@ -34,6 +34,7 @@ use pyo3::ffi;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use smallvec::SmallVec;
 
 /// Configurations kept per kernel (numba-cuda keeps 128 across all kernels).
 const CAPACITY: usize = 16;
@@ -218,8 +219,10 @@ impl Recent {
 pub(crate) struct Configurations {
     entries: ArcSwap<Vec<Arc<Entry>>>,
     last_hit: AtomicUsize,
-    /// The launchers made last over stream objects, the last made first.
-    recent: ArcSwap<Vec<Arc<Recent>>>,
+    /// The launchers made last over stream objects, the last made first: a few, each read
+    /// and replaced under the lock (a new stream object each call replaces one per call,
+    /// which a copied list would pay an allocation for).
+    recent: Mutex<SmallVec<[Recent; RECENT]>>,
     insert_lock: Mutex<()>,
     /// Configurations parsed in full by `kernel[...]` (for tests).
     parses: AtomicU64,
@@ -230,7 +233,7 @@ impl Configurations {
         Configurations {
             entries: ArcSwap::from_pointee(Vec::new()),
             last_hit: AtomicUsize::new(0),
-            recent: ArcSwap::from_pointee(Vec::new()),
+            recent: Mutex::new(SmallVec::new()),
             insert_lock: Mutex::new(()),
             parses: AtomicU64::new(0),
         }
@@ -263,7 +266,7 @@ impl Configurations {
         stream: usize,
     ) -> Option<Bound<'py, PyAny>> {
         let key = written.key(StreamKey::Default);
-        let recent = self.recent.load();
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         let found = recent.iter().find(|r| r.stream == stream && r.key == key)?;
         Some(found.launcher.bind(py).clone())
     }
@@ -274,16 +277,23 @@ impl Configurations {
     /// later, and a pooled one is back in its pool for the next call. Dropped after the lock
     /// is released (see [`Configurations::insert`]).
     pub(crate) fn remember_recent(&self, py: Python<'_>, recent: Recent) {
-        let replaced = {
-            let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
-            let current = self.recent.load_full();
-            let mut next = Vec::with_capacity(RECENT);
-            next.push(Arc::new(recent));
-            let kept = current.iter().filter(|r| !r.unreachable(py));
-            next.extend(kept.take(RECENT - 1).cloned());
-            self.recent.swap(Arc::new(next))
-        };
-        drop(replaced);
+        let mut dropped = SmallVec::<[Recent; RECENT]>::new();
+        {
+            let mut ring = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            let mut index = 0;
+            while index < ring.len() {
+                if ring[index].unreachable(py) {
+                    dropped.push(ring.remove(index));
+                } else {
+                    index += 1;
+                }
+            }
+            if ring.len() == RECENT {
+                dropped.extend(ring.pop());
+            }
+            ring.insert(0, recent);
+        }
+        drop(dropped);
     }
 
     /// Caches `launcher` for `key` (unless another thread did first), evicting the oldest
@@ -322,7 +332,8 @@ impl Configurations {
                 visit.call(launcher)?;
             }
         }
-        for recent in self.recent.load().iter() {
+        let ring = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        for recent in ring.iter() {
             visit.call(&recent.launcher)?;
         }
         Ok(())
@@ -334,7 +345,8 @@ impl Configurations {
         let cleared = {
             let _guard = self.insert_lock.lock().unwrap_or_else(|p| p.into_inner());
             self.last_hit.store(0, Ordering::Relaxed);
-            let recent = self.recent.swap(Arc::new(Vec::new()));
+            let recent =
+                std::mem::take(&mut *self.recent.lock().unwrap_or_else(|p| p.into_inner()));
             (self.entries.swap(Arc::new(Vec::new())), recent)
         };
         drop(cleared);
