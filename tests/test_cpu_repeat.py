@@ -533,3 +533,46 @@ launched_as_packed(kernel, (strided(0x5_0000_0000), 4.0), floats)
         "same layout,scalar",
         "KernelArgumentError True",
     ]
+
+
+def test_new_described_arrays_of_the_last_layout_rewrite_their_data_slot(run_on_stand_in):
+    """Arrays made by fastlaunch's memory API carry their description (`born.rs`); a new one
+    each launch, of the layout read last, rewrites the data slot alone; one of another shape,
+    dtype or order, a view, or an array whose memory was assigned after its birth is read in
+    full. Each launch packs what packing its arguments from scratch packs."""
+    lines = run(
+        run_on_stand_in,
+        f"""
+import sys
+sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent.parent)!r})
+from benchmarks.stand_in import stand_in_context
+stand_in_context()
+
+kernel = kernel_for(2)
+floats = register(kernel, (fl.device_array((4, 8), np.float32), 1.0))
+ints = register(kernel, (fl.device_array((4, 8), np.int32), 1.0))
+fortran = register(kernel, (fl.device_array((4, 8), np.float32, order="F"), 1.0))
+for step in range(6):
+    launched_as_packed(kernel, (fl.device_array((4, 8), np.float32), 1.0), floats)
+print(*_core._remembered_checks(), sep=",")
+moved = fl.device_array((4, 8), np.float32)
+moved.gpu_data = fl.device_array((4, 8), np.float32).gpu_data
+others = [
+    (fl.device_array((2, 8), np.float32), floats),
+    (fl.device_array((4, 8), np.int32), ints),
+    (fl.device_array((4, 8), np.float32, order="F"), fortran),
+    # views, without numba-cuda's `require_context` (no CUDA context on the stand-in)
+    (fl.device_array((4, 16), np.float32)._do_getitem((slice(None), slice(None, None, 2))), None),
+    (fl.device_array((5, 8), np.float32)._do_getitem(slice(1, None)), floats),
+    (moved, floats),
+]
+for array, packed_as in others:
+    if packed_as is None:
+        packed_as = register(kernel, (array, 1.0))
+    for _ in range(2):
+        launched_as_packed(kernel, (array, 2.0), packed_as)
+        launched_as_packed(kernel, (fl.device_array((4, 8), np.float32), 2.0), floats)
+print(*_core._remembered_checks(), sep=",")
+""",
+    )
+    assert lines == ["same layout,scalar", "same layout,scalar"]

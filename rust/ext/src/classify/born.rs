@@ -57,7 +57,7 @@ impl ArrayDescription {
 }
 
 /// What every array of one layout and element type reads the same: all but its pointer.
-struct Layout {
+pub(super) struct Layout {
     /// An array of this layout as read (its pointer is another array's).
     array: KnownArray,
     /// The bits that must be clear in a pointer to these elements (none for an empty array).
@@ -241,29 +241,49 @@ fn read_layout(
 /// Pushes `arg` from its description, if it carries its own, still true; `false`: read it.
 #[inline]
 pub(super) fn push_described(arg: &Bound<'_, PyAny>, scratch: &mut Scratch) -> bool {
-    if !is_of_described_class(arg) {
+    let Some(description) = own_description(arg) else {
         return false;
-    }
-    let py = arg.py();
-    let Ok(value) = arg.getattr(intern!(py, ATTRIBUTE)) else {
-        return false;
-    };
-    let Ok(description) = value.cast_exact::<ArrayDescription>() else {
-        return false; // None: made by numba-cuda, or not describable
     };
     let description = description.get();
-    if description.owner != arg.as_ptr() as usize {
-        return false;
-    }
-    let same_memory = arg
-        .getattr(intern!(py, "gpu_data"))
-        .is_ok_and(|gpu_data| gpu_data.is(description.gpu_data.bind(py)));
-    if !same_memory {
-        return false;
-    }
     description
         .layout
         .array
         .push_over(description.data, scratch);
     true
+}
+
+/// The description `arg` carries, when it may be used: its own, of the memory it holds.
+#[inline]
+fn own_description<'py>(arg: &Bound<'py, PyAny>) -> Option<Bound<'py, ArrayDescription>> {
+    if !is_of_described_class(arg) {
+        return None;
+    }
+    let py = arg.py();
+    let value = arg.getattr(intern!(py, ATTRIBUTE)).ok()?;
+    // None: made by numba-cuda, or not describable
+    let description = value.cast_into_exact::<ArrayDescription>().ok()?;
+    let described = description.get();
+    if described.owner != arg.as_ptr() as usize {
+        return None;
+    }
+    let same_memory = arg
+        .getattr(intern!(py, "gpu_data"))
+        .is_ok_and(|gpu_data| gpu_data.is(described.gpu_data.bind(py)));
+    same_memory.then_some(description)
+}
+
+/// The layout `arg` shares with the arrays described like it, when it carries its own
+/// description (`same_layout.rs`), and its dimension count.
+pub(super) fn described_layout(arg: &Bound<'_, PyAny>) -> Option<(Arc<Layout>, usize)> {
+    let description = own_description(arg)?;
+    let layout = &description.get().layout;
+    Some((layout.clone(), layout.array.shape().len()))
+}
+
+/// `arg`'s pointer, when it carries its own description, of `layout`.
+#[inline]
+pub(super) fn described_data(arg: &Bound<'_, PyAny>, layout: &Arc<Layout>) -> Option<u64> {
+    let description = own_description(arg)?;
+    let description = description.get();
+    Arc::ptr_eq(&description.layout, layout).then_some(description.data)
 }

@@ -6,17 +6,21 @@
 //! is rewritten, where a full read would read, fingerprint and pack it again to the same
 //! bytes but that one. Any difference, and any doubt, is left to the full read.
 //!
-//! For the sources whose layout is a few fields read in C: CuPy arrays read from CuPy's
-//! object layout (`crate::interop::cupy_layout`) and tensors of the DLPack C exchange API (a
-//! torch tensor's lazy conjugate and negative bits are still asked of each new tensor, as the
-//! full read asks them). Only with one device: with several, the launch checks each array's
-//! device by its pointer (`limits::check_devices`) from what the full read pushes.
+//! For the sources whose layout is a few fields read in C or shared by many arrays: the
+//! numba-cuda arrays fastlaunch's memory API describes from birth (`born.rs`), CuPy arrays
+//! read from CuPy's object layout (`crate::interop::cupy_layout`) and tensors of the DLPack C
+//! exchange API (a torch tensor's lazy conjugate and negative bits are still asked of each
+//! new tensor, as the full read asks them). Only with one device: with several, the launch
+//! checks each array's device by its pointer (`limits::check_devices`) from what the full
+//! read pushes.
+
+use std::sync::Arc;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 use smallvec::SmallVec;
 
-use super::{cached_strategy, dlpack, Position, Scratch, Strategy};
+use super::{born, cached_strategy, dlpack, Position, Scratch, Strategy};
 use crate::devices::driver;
 use crate::interop::cupy_layout;
 use crate::interop::dlpack::{dims, read_tensor, DLTensor, ExchangeApi, KDL_CUDA};
@@ -29,6 +33,9 @@ pub(crate) struct SameLayout {
 }
 
 enum Layout {
+    /// A numba-cuda array made by fastlaunch, described from birth (`born.rs`): arrays of one
+    /// description layout share it, held.
+    Described(Arc<born::Layout>),
     /// A CuPy array as its object layout gave it. `strides`: `None` when CuPy holds it
     /// C-contiguous, whose strides the full read makes from the shape.
     Cupy {
@@ -63,6 +70,13 @@ impl SameLayout {
         // SAFETY: `arg` is a valid object; its type is read without taking a reference.
         let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
         let layout = match cached_strategy(type_ptr)? {
+            Strategy::NumbaDeviceArray => {
+                let (layout, ndim) = born::described_layout(arg)?;
+                if slots != array_slots(ndim) {
+                    return None;
+                }
+                Layout::Described(layout)
+            }
             Strategy::CupyArray { layout: true } => {
                 // SAFETY: the strategy is only `layout: true` for types `cupy_layout::applies_to`
                 // accepted.
@@ -110,6 +124,7 @@ impl SameLayout {
             return None;
         }
         match &self.layout {
+            Layout::Described(layout) => born::described_data(arg, layout),
             Layout::Cupy {
                 dtype,
                 shape,
