@@ -159,7 +159,13 @@ impl Reread {
             return false;
         };
         params.slots_mut()[argument.slots.clone()].copy_from_slice(packed);
-        self.same_layout = SameLayout::of(arg, argument.slots.len());
+        // An argument whose arrays have no such check (numba-cuda's own, say) would pay for
+        // the attempt on every launch: after a first miss, it is tried as often as a new
+        // array is remembered.
+        let worth_trying = self.same_layout.is_some() || self.new_objects.worth_remembering();
+        self.same_layout = worth_trying
+            .then(|| SameLayout::of(arg, argument.slots.len()))
+            .flatten();
         true
     }
 }
