@@ -98,28 +98,34 @@ print(_core.stream_handle(renamed) == 0x4321)
 
 
 def test_a_stream_goes_back_to_the_pool_once(run_on_stand_in):
-    """The weak reference's callback gives the stream back when its `Stream` is collected;
-    called again (by hand), it does nothing: one stream is never handed out twice."""
+    """The `Stream` holds its stream's return in its instance dict: when the object is
+    collected, the stream goes back to the pool, once, whoever else held the return (a
+    second holder gives it back when the last goes); a stream never goes back while an
+    object handed out over it lives, and is never handed out twice at once."""
     lines = run_on_stand_in(
         PRELUDE
         + """
 from fastlaunch.memory import streams
 made = streams.stream()
 handle = made.__cuda_stream__()[1]
-reference, = [r for r in weakref.getweakrefs(made) if type(r.__callback__) is _core.StreamReturn]
-release = reference.__callback__
+print(type(vars(made)["_fastlaunch_pooled"]) is _core.StreamReturn, len(weakref.getweakrefs(made)))
 idle = streams._idle[_core.current_context_key()]
 before = len(idle)
 del made
 gc.collect()
 print(len(idle) - before, idle[-1].handle == handle)
-release(None)
+again = streams.stream()
+held = vars(again)["_fastlaunch_pooled"]
+del again
+gc.collect()
+print(len(idle) - before)  # the stream was taken, and is held by `held`
+del held
 print(len(idle) - before)
 first, second = streams.stream(), streams.stream()
 print(first.__cuda_stream__()[1] != second.__cuda_stream__()[1])
 """
     )
-    assert lines == ["1 True", "1", "True"]
+    assert lines == ["True 0", "1 True", "0", "1", "True"]
 
 
 def test_a_new_stream_per_launch_reuses_the_pool_s_streams(run_on_stand_in):

@@ -1,8 +1,8 @@
 //! `cuda.stream()` under install: [`numba_stream`], a numba-cuda `Stream` over a stream of its
 //! context's pool (`python/fastlaunch/memory/streams.py` keeps the idle lists), as
 //! `Context.create_stream` makes one, made without a Python frame; its collection gives the
-//! pooled stream back to the idle list ([`StreamReturn`], watching it as `releases.rs`'s
-//! releases watch their pointers), unless it is still being captured (or its context went):
+//! pooled stream back to the idle list ([`StreamReturn`], which the object holds in its
+//! instance dict), unless it is still being captured (or its context went):
 //! that one is destroyed, as numba-cuda destroys the stream of a collected `Stream`, and
 //! never handed out again. Its class comes from `numba_stream_class.rs`.
 
@@ -14,7 +14,6 @@ use pyo3::types::{PyDict, PyList};
 
 use super::instances::new_instance;
 use super::pool::current_context_key;
-use super::watch::Watch;
 use crate::numba_stream_class::numba_stream_classes;
 use crate::streams::Stream;
 
@@ -70,6 +69,10 @@ pub(crate) fn numba_stream(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     pooled_numba_stream(owned, idle)
 }
 
+/// The attribute of a `Stream` handed out by [`numba_stream`] that holds its
+/// [`StreamReturn`].
+const POOLED_ATTRIBUTE: &str = "_fastlaunch_pooled";
+
 /// `cuda.stream()`'s object over `owned`, a pooled stream taken from `idle` (its context's
 /// idle streams): a numba-cuda `Stream` with the attributes `Stream.__init__` sets (`handle`,
 /// `external`), whose collection appends `owned` to `idle` again.
@@ -78,47 +81,53 @@ fn pooled_numba_stream<'py>(
     idle: Bound<'py, PyList>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = owned.py();
+    // made first: whatever fails below, the stream goes back with it
+    let release = Bound::new(
+        py,
+        StreamReturn {
+            owned: owned.unbind(),
+            idle: idle.unbind(),
+        },
+    )?;
     let classes = numba_stream_classes(py).ok_or_else(|| {
         PyRuntimeError::new_err("numba-cuda's Stream class was not given (read_numba_streams)")
     })?;
     let class = classes.stream.bind(py);
     // object.__new__, as numba-cuda's Context.create_stream leaves __init__ to the class
     let made = new_instance(class.as_any())?;
-    let handle = owned.get().numba_handle(classes.handle.bind(py).as_any())?;
+    let handle = release
+        .get()
+        .owned
+        .get()
+        .numba_handle(classes.handle.bind(py).as_any())?;
     // the attributes Stream.__init__ sets, in its order
     made.setattr(intern!(py, "handle"), handle)?;
     made.setattr(intern!(py, "external"), false)?;
-    let release = Bound::new(
-        py,
-        StreamReturn {
-            owned: owned.unbind(),
-            idle: idle.unbind(),
-            watch: Watch::default(),
-        },
-    )?;
-    release.get().watch.start(&made, release.as_any())?;
+    made.setattr(intern!(py, POOLED_ATTRIBUTE), release)?;
     Ok(made)
 }
 
-/// Gives a pooled stream back to its idle list when its `Stream` is collected (`watch.rs`);
-/// one whose capture is still open, whose capture state cannot be asked, or whose context
-/// was reset is left out, destroyed when this goes (`Stream`'s drop; the driver destroys the
+/// Gives a pooled stream back to its idle list when the `Stream` it was handed out in is
+/// collected: that object's instance dict holds it (under [`POOLED_ATTRIBUTE`]), so it goes
+/// with the object, at no cost per stream beyond one attribute (a weak reference with a
+/// callback, each stream's until now, cost a reference, a Python call and a lock). One
+/// whose capture is still open, whose capture state cannot be asked, or whose context was
+/// reset is left out, destroyed when this goes (`Stream`'s drop; the driver destroys the
 /// stream of a live context).
 #[pyclass(frozen, freelist = 64, module = "fastlaunch._core")]
 pub(crate) struct StreamReturn {
     owned: Py<Stream>,
     idle: Py<PyList>,
-    watch: Watch,
 }
 
-#[pymethods]
-impl StreamReturn {
-    /// Gives the stream back, once (a second call does nothing: the stream is not pooled
-    /// twice), when it can be reused.
-    fn __call__(&self, py: Python<'_>, _collected: &Bound<'_, PyAny>) -> PyResult<()> {
-        if !self.watch.stop() || !self.owned.get().reusable() {
-            return Ok(());
-        }
-        self.idle.bind(py).append(self.owned.clone_ref(py))
+impl Drop for StreamReturn {
+    fn drop(&mut self) {
+        // Dropped by Python (the `Stream`'s dict cleared), with the GIL held.
+        Python::attach(|py| {
+            if self.owned.get().reusable() {
+                // (an append that fails leaves the stream to be destroyed with this)
+                let _ = self.idle.bind(py).append(self.owned.clone_ref(py));
+            }
+        });
     }
 }
