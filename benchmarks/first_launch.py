@@ -16,7 +16,16 @@ For each source of arrays, µs per call, the best of ``--rounds`` batches of ``-
 - ``share``: ``make5+launch - make5``, what the launch of five new arrays costs (with what
   the launch adds to their free); ``ratio``: ``share / reused``. The issue's target is
   ``ratio <= 1.3`` on the GPU, where ``reused`` is ~5 µs, mostly the driver's: what counts
-  here is ``(share - reused) / 5``, the extra per new array, also printed.
+  here is ``(share - reused) / 5``, the extra per new array, also printed;
+- ``rotating``: the launch over 4,000 sets of five arrays made before the timing, one set
+  after another: new objects to the launch, with no making or dropping in the timed loop
+  (steadier than ``share``, which is a difference of two noisy figures); ``rotating extra``:
+  ``(rotating - reused) / 5``, per new array.
+
+``--streams`` also times the launch on a stream: ``one stream`` (the same ``cuda.stream()``
+object each call), ``new stream`` (a new ``cuda.stream()`` per call, as the tutorial writes
+it), ``stream alone`` (making and dropping the stream object); ``stream extra`` is
+``new stream - one stream``, the target's figure (``<= 1 µs`` on the GPU).
 
 Sources: ``fl`` (``fastlaunch.device_array``, described from birth), ``fl-view`` (``x[1:]``
 of one), ``numba`` (numba-cuda's own ``DeviceNDArray(shape, strides, dtype,
@@ -49,7 +58,7 @@ N = 4096
 VIEW = slice(1, None)
 
 
-def _makers() -> tuple[dict[str, Callable[[], Any]], Callable[[int], Any]]:
+def _makers() -> tuple[dict[str, Callable[[], Any]], Callable[[tuple], Any]]:
     """The array makers by source, and ``kernel_for(count)`` (a kernel of ``count`` array
     parameters, registered for float32 vectors without compiling: the stand-in runs none)."""
     import numpy as np
@@ -140,13 +149,21 @@ def _best(f: Callable[[], Any], calls: int, rounds: int) -> float:
     return best
 
 
-def measure(sources: list[str], calls: int, rounds: int) -> dict[str, dict[str, float]]:
-    """µs per call of each source's ``reused``, ``make5`` and ``make5+launch``."""
+def measure(
+    sources: list[str], calls: int, rounds: int, streams: bool
+) -> dict[str, dict[str, float]]:
+    """µs per call of each source's ``reused``, ``make5``, ``make5+launch`` and ``rotating``;
+    with ``streams``, the stream rows too (as ``"streams"``)."""
     makers, registered_kernel = _makers()
     out = {}
     for source in sources:
         out[source] = _measure_one(makers[source], registered_kernel, calls, rounds)
+    if streams:
+        out["streams"] = measure_streams(makers, registered_kernel, calls, rounds)
     return out
+
+
+ROTATING_SETS = 4000
 
 
 def _measure_one(
@@ -158,10 +175,44 @@ def _measure_one(
     def make5() -> tuple:
         return (make(), make(), make(), make(), make())
 
+    sets = [make5() for _ in range(ROTATING_SETS)]
+
+    def rotating() -> None:
+        for each in sets:
+            launch(*each)
+
     return {
         "reused": _best(lambda: launch(*arrays), calls, rounds),
         "make5": _best(make5, calls, rounds),
         "make5+launch": _best(lambda: launch(*make5()), calls, rounds),
+        "rotating": _best(rotating, max(1, calls // ROTATING_SETS), rounds) / ROTATING_SETS,
+    }
+
+
+def measure_streams(
+    makers: dict[str, Callable[[], Any]],
+    registered_kernel: Callable[[tuple], Any],
+    calls: int,
+    rounds: int,
+) -> dict[str, float]:
+    """µs per call of a launch over five reused arrays on one stream object, on a new one
+    per call, and of a stream object alone (``cuda.stream()`` under install: a pooled stream)."""
+    from fastlaunch.memory import streams
+
+    arrays = tuple(makers["fl"]() for _ in range(5))
+    kernel = registered_kernel(arrays)
+    kept = streams.stream()
+
+    def one_stream() -> None:
+        kernel[16, 256, kept](*arrays)
+
+    def new_stream() -> None:
+        kernel[16, 256, streams.stream()](*arrays)
+
+    return {
+        "one stream": _best(one_stream, calls, rounds),
+        "new stream": _best(new_stream, calls, rounds),
+        "stream alone": _best(streams.stream, calls, rounds),
     }
 
 
@@ -169,15 +220,28 @@ def table(title: str, results: dict[str, dict[str, float]]) -> str:
     lines = [
         f"### {title}",
         "",
-        "| source | reused | make5 | make5+launch | share | ratio | extra per new array |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| source | reused | make5 | make5+launch | share | ratio | extra per new array "
+        "| rotating | rotating extra |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for source, r in results.items():
+        if source == "streams":
+            continue
         share = r["make5+launch"] - r["make5"]
         lines.append(
             f"| {source} | {r['reused']:.2f} | {r['make5']:.2f} | {r['make5+launch']:.2f} "
-            f"| {share:.2f} | {share / r['reused']:.2f} | {(share - r['reused']) / 5:.3f} |"
+            f"| {share:.2f} | {share / r['reused']:.2f} | {(share - r['reused']) / 5:.3f} "
+            f"| {r['rotating']:.3f} | {(r['rotating'] - r['reused']) / 5:.3f} |"
         )
+    if "streams" in results:
+        r = results["streams"]
+        lines += [
+            "",
+            "| one stream | new stream | stream alone | stream extra |",
+            "|---:|---:|---:|---:|",
+            f"| {r['one stream']:.3f} | {r['new stream']:.3f} | {r['stream alone']:.3f} "
+            f"| {r['new stream'] - r['one stream']:.3f} |",
+        ]
     return "\n".join(lines)
 
 
@@ -201,15 +265,17 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--sources", default=",".join(SOURCES))
     parser.add_argument("--baseline", help="a directory holding a fastlaunch package")
+    parser.add_argument("--streams", action="store_true", help="time launches on streams too")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sources = [s for s in args.sources.split(",") if s]
     if args.worker:
-        print(json.dumps(measure(sources, args.calls, args.rounds)))
+        print(json.dumps(measure(sources, args.calls, args.rounds, args.streams)))
         return
     if "FASTLAUNCH_CUDA_DRIVER" not in os.environ:
         sys.exit("set FASTLAUNCH_CUDA_DRIVER to the stand-in driver (see the docstring)")
     argv = ["--rounds", "1", "--calls", str(args.calls), "--sources", ",".join(sources)]
+    argv += ["--streams"] if args.streams else []
     builds = {"this build": None}
     if args.baseline:
         builds = {"baseline": str(Path(args.baseline).resolve()), "this build": None}

@@ -461,10 +461,9 @@ def pool_release(
 
 @final
 class StreamReturn:
-    """Gives a pooled stream back to its idle list when its numba-cuda ``Stream`` is
-    collected."""
-
-    def __call__(self, _collected: Any) -> None: ...
+    """Gives a pooled stream back to its idle list when it goes: held in the instance dict
+    of the numba-cuda ``Stream`` handed out over the stream (``_fastlaunch_pooled``), so
+    when that object is collected."""
 
 def read_numba_streams(stream: type, handle: type, readable: bool) -> None:
     """Gives numba-cuda's ``Stream`` class and its handle's type; ``readable``: its
