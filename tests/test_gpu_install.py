@@ -93,7 +93,9 @@ def test_kernels_numba_cuda_builds_after_install():
     kernels (made by numba.cuda.jit, launched with forall or a launch configuration) launch
     through fastlaunch: all of them, on device arrays, and reduce on a host array too (its
     slices of the host array are contiguous host arrays, which fastlaunch packs)."""
-    earlier = {id(k) for k in fastlaunch._installer.installed_kernels()}
+    # held, so that no kernel made below can take the id of one that died meanwhile
+    alive_before = fastlaunch._installer.installed_kernels()
+    earlier = {id(k) for k in alive_before}
     with fastlaunch.install():
 
         @cuda.vectorize(["float32(float32, float32)"], target="cuda")
