@@ -1,5 +1,5 @@
 //! A callback watching a Python object through a weak reference, which the callback's owner
-//! holds until it runs (`releases.rs`, `numba_streams.rs`): the pair keeps itself alive
+//! holds until it runs (`releases.rs`): the pair keeps itself alive
 //! without a registry (neither visits the other for the garbage collector, so a collection
 //! never finds them unreachable), and stopping the watch takes the reference out, which ends
 //! the pair (the collector's call of a callback leaves the reference holding it).
