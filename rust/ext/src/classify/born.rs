@@ -273,11 +273,9 @@ fn own_description<'py>(arg: &Bound<'py, PyAny>) -> Option<Bound<'py, ArrayDescr
 }
 
 /// The layout `arg` shares with the arrays described like it, when it carries its own
-/// description (`same_layout.rs`), and its dimension count.
-pub(super) fn described_layout(arg: &Bound<'_, PyAny>) -> Option<(Arc<Layout>, usize)> {
-    let description = own_description(arg)?;
-    let layout = &description.get().layout;
-    Some((layout.clone(), layout.array.shape().len()))
+/// description (`same_layout.rs`).
+pub(super) fn described_layout(arg: &Bound<'_, PyAny>) -> Option<Arc<Layout>> {
+    Some(own_description(arg)?.get().layout.clone())
 }
 
 /// `arg`'s pointer, when it carries its own description, of `layout`.

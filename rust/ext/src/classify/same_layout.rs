@@ -23,7 +23,8 @@ use smallvec::SmallVec;
 use super::{born, cached_strategy, dlpack, Position, Scratch, Strategy};
 use crate::devices::driver;
 use crate::interop::cupy_layout;
-use crate::interop::dlpack::{dims, read_tensor, DLTensor, ExchangeApi, KDL_CUDA};
+use crate::interop::dlpack::{read_tensor, DLTensor, ExchangeApi, KDL_CUDA};
+use crate::interop::held_tensor::TensorLayout;
 
 /// The layout an argument was last read with, for a new object of its type.
 pub(crate) struct SameLayout {
@@ -44,46 +45,28 @@ enum Layout {
         shape: SmallVec<[isize; 4]>,
         strides: Option<SmallVec<[isize; 4]>>,
     },
-    /// A tensor as the exchange API described it. `strides`: `None` when it gave none.
+    /// A tensor as the exchange API described it.
     Tensor {
         api: ExchangeApi,
-        device: (i32, i32),
-        dtype: (u8, u8, u16),
-        shape: SmallVec<[i64; 4]>,
-        strides: Option<SmallVec<[i64; 4]>>,
+        layout: TensorLayout,
     },
 }
 
-/// An array argument's parameter slots: meminfo, parent, nitems, itemsize, data, then its
-/// shape and strides (`launch::plan`).
-const fn array_slots(ndim: usize) -> usize {
-    5 + 2 * ndim
-}
-
 impl SameLayout {
-    /// `arg`'s layout, just read in full and packed into `slots` parameter slots, when its
-    /// source has this check and there is one device.
-    pub(crate) fn of(arg: &Bound<'_, PyAny>, slots: usize) -> Option<SameLayout> {
+    /// `arg`'s layout, just read in full, when its source has this check and there is one
+    /// device.
+    pub(crate) fn of(arg: &Bound<'_, PyAny>) -> Option<SameLayout> {
         if driver().ok()?.device_count() != 1 {
             return None;
         }
         // SAFETY: `arg` is a valid object; its type is read without taking a reference.
         let type_ptr = unsafe { ffi::Py_TYPE(arg.as_ptr()) } as usize;
         let layout = match cached_strategy(type_ptr)? {
-            Strategy::NumbaDeviceArray => {
-                let (layout, ndim) = born::described_layout(arg)?;
-                if slots != array_slots(ndim) {
-                    return None;
-                }
-                Layout::Described(layout)
-            }
+            Strategy::NumbaDeviceArray => Layout::Described(born::described_layout(arg)?),
             Strategy::CupyArray { layout: true } => {
                 // SAFETY: the strategy is only `layout: true` for types `cupy_layout::applies_to`
                 // accepted.
                 let array = unsafe { cupy_layout::read(arg) }?;
-                if slots != array_slots(array.shape.len()) {
-                    return None;
-                }
                 Layout::Cupy {
                     dtype: array.dtype.to_owned().unbind(),
                     shape: array.shape.into(),
@@ -92,16 +75,9 @@ impl SameLayout {
             }
             Strategy::Exchange(api) => {
                 let tensor = read_tensor(arg, api.from_py_object)?;
-                let (shape, strides) = dims(&tensor)?;
-                if slots != array_slots(shape.len()) {
-                    return None;
-                }
                 Layout::Tensor {
                     api,
-                    device: (tensor.device.device_type, tensor.device.device_id),
-                    dtype: (tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes),
-                    shape: shape.into(),
-                    strides: strides.map(SmallVec::from),
+                    layout: TensorLayout::of(&tensor)?,
                 }
             }
             _ => return None,
@@ -144,20 +120,9 @@ impl SameLayout {
                 scratch.streams.has_cupy = true;
                 Some(array.data)
             }
-            Layout::Tensor {
-                api,
-                device,
-                dtype,
-                shape,
-                strides,
-            } => {
+            Layout::Tensor { api, layout } => {
                 let tensor = read_tensor(arg, api.from_py_object)?;
-                let (read_shape, read_strides) = dims(&tensor)?;
-                let same = (tensor.device.device_type, tensor.device.device_id) == *device
-                    && (tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes) == *dtype
-                    && read_shape == shape.as_slice()
-                    && read_strides == strides.as_deref();
-                if !same {
+                if !layout.describes(&tensor) {
                     return None;
                 }
                 Self::tensor_data(arg, &tensor, *api, at, scratch)

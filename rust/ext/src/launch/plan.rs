@@ -20,6 +20,11 @@ mod plan_proptests;
 /// itemsize).
 pub(crate) const ARRAY_DATA_SLOT: usize = 4;
 
+/// How many slots an array of `ndim` dimensions is packed into.
+pub(crate) const fn array_slot_count(ndim: usize) -> usize {
+    5 + 2 * ndim
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Param {
     Array {
@@ -215,6 +220,7 @@ mod tests {
             ]
         );
         assert_eq!(out.slots()[ARRAY_DATA_SLOT], 0xdead_0000);
+        assert_eq!(out.len(), array_slot_count(2) + 1);
     }
 
     #[test]

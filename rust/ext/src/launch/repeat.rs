@@ -34,7 +34,7 @@ use smallvec::SmallVec;
 use crate::classify::{Position, SameLayout, ScalarSlots, Unchanged};
 use crate::launch::overloads::Overload;
 use crate::launch::packed::{pack_argument, pack_by_argument, read_argument, PackedArgument};
-use crate::launch::plan::{Param, Plan, ARRAY_DATA_SLOT};
+use crate::launch::plan::{array_slot_count, Param, Plan, ARRAY_DATA_SLOT};
 use crate::scratch::{ArgValue, Scratch};
 
 /// Launches remembered per thread, all kernels together; the least recently used leaves.
@@ -161,13 +161,19 @@ impl Reread {
         params.slots_mut()[argument.slots.clone()].copy_from_slice(packed);
         // An argument whose arrays have no such check (numba-cuda's own, say) would pay for
         // the attempt on every launch: after a first miss, it is tried as often as a new
-        // array is remembered.
+        // array is remembered. Only an argument that is one array has one data slot.
         let worth_trying = self.same_layout.is_some() || self.new_objects.worth_remembering();
-        self.same_layout = worth_trying
-            .then(|| SameLayout::of(arg, argument.slots.len()))
+        self.same_layout = (worth_trying && is_one_array(plan, argument))
+            .then(|| SameLayout::of(arg))
             .flatten();
         true
     }
+}
+
+/// Whether `argument` is one array, packed as the plan packs an array.
+fn is_one_array(plan: &Plan, argument: &PackedArgument) -> bool {
+    matches!(plan.param(argument.first_value), Some(Param::Array { ndim })
+        if argument.slots.len() == array_slot_count(ndim))
 }
 
 /// A launch remembered with its packed parameters.
