@@ -8,10 +8,14 @@ source, the launch of ``memory.py``'s ``launch_new`` kernel over five arrays:
   objects to the launch, with no making or dropping in the timed loop);
 - ``make5``: making the five arrays alone, and dropping them;
 - ``make5+launch``: making them and launching over them (``memory.py``'s ``launch_new``);
-- ``share``: ``make5+launch - make5``, the row ``memory.py`` reports.
+- ``make5+launch kept``: making the five arrays, dropping them, and launching over the reused
+  five: the launch of ``reused``, run between makings as ``make5+launch``'s is;
+- ``share``: ``make5+launch - make5``, the row ``memory.py`` reports; ``kept share``:
+  ``make5+launch kept - make5``.
 
-``rotating - reused`` is what fastlaunch's read of new objects adds; ``share - rotating`` what
-making and dropping the arrays around a launch adds to it (caches, the allocators).
+``rotating - reused`` is what fastlaunch's read of new objects adds; ``kept share - reused`` what
+a launch costs more between makings of arrays than in a loop of launches alone (caches, the
+allocators), new objects or not; ``share - kept share``, what new objects add there.
 
     python3 benchmarks/fresh_probe.py
 
@@ -93,13 +97,19 @@ def launch_parts(source: str, empty: Callable[[], Any], kernel: Any) -> dict[str
         a, b, c, d, e = empty(), empty(), empty(), empty(), empty()
         kernel[grid, block](a, b, c, d, e)
 
+    def make5_launch_kept(a=kept[0], b=kept[1], c=kept[2], d=kept[3], e=kept[4]) -> None:
+        _a, _b, _c, _d, _e = empty(), empty(), empty(), empty(), empty()
+        kernel[grid, block](a, b, c, d, e)
+
     timings = {
         "reused": best_of(reused),
         "rotating": best_of(rotating) - best_of(rotating_alone),
         "make5": best_of(make5),
         "make5+launch": best_of(make5_launch),
+        "make5+launch kept": best_of(make5_launch_kept),
     }
     timings["share"] = timings["make5+launch"] - timings["make5"]
+    timings["kept share"] = timings["make5+launch kept"] - timings["make5"]
     return {f"{source} {name}": us for name, us in timings.items()}
 
 
