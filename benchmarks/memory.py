@@ -41,6 +41,11 @@ What is timed (µs per call, host time; the context synchronized, untimed, befor
   ``cupy.RawKernel`` of the same work in CUDA C (``k((16,), (256,), (a, b, c, d, e, n))``).
 - ``launch_reused``: the same launch over five arrays made once and reused: the launch alone,
   the same four libraries.
+- ``launch_between``: the launch of ``launch_reused`` run between makings of arrays: "make five
+  arrays, then launch over the five reused ones" minus "make the five arrays alone". A launch
+  amid other work finds less of itself in the caches than one in a loop of launches alone;
+  ``launch_new - launch_between`` is what the new arrays add, ``launch_between -
+  launch_reused`` what the making around it costs the launch either way.
 - ``stream_new``: the cost a new stream adds to a launch: the launch on a new ``cuda.stream()``
   per call (installed: fastlaunch's pooled numba streams) minus the same launch on one reused
   ``cuda.stream()``, both over reused numba arrays (library ``numba-cuda``, installed).
@@ -57,9 +62,10 @@ What is timed (µs per call, host time; the context synchronized, untimed, befor
   other variants' work, so the timed reads find nothing pending).
   The six rows are left out (said so) where CuPy or torch is missing.
 
-Differences (``launch_new``, ``stream_new``, ``cai_read_just_made_*``): the two halves are two
-variants, each timed in
-every round like any other (their own batches, in the shuffled order). The row's median is
+Differences (``launch_new``, ``launch_between``, ``stream_new``, ``cai_read_just_made_*``):
+the two halves are two variants, each timed in every round like any other (their own
+batches, in the shuffled order; ``launch_new`` and ``launch_between`` share the arrays
+alone, one variant subtracted from both). The row's median is
 the median of the whole minus the median of the half subtracted (each median robust to slow
 rounds on its own); its p10 and p90 are those of the per-round differences (whole minus half
 of the same round), so a round slow for both cancels out. Being of different statistics, the
@@ -108,6 +114,7 @@ OPS = (
     "host_args_call",
     "launch_new",
     "launch_reused",
+    "launch_between",
     "stream_new",
     "cai_read_fresh_cupy",
     "cai_read_just_made_cupy",
@@ -249,10 +256,11 @@ def make_elementwise() -> Any:
 def launch_variants(
     library: str, empty: Callable[[], Any], kernel: Any, installed: bool, rawkernel: bool = False
 ) -> list[Variant]:
-    """``launch_new`` and ``launch_reused`` over arrays from ``empty()`` (one new float32 array
-    of ``LAUNCH_ELEMENTS``): ``kernel`` is the fastlaunch kernel, or with ``rawkernel`` a
-    ``cupy.RawKernel`` of ``ELEMENTWISE_C``. The launch is written out in each function, not
-    called through a helper, so no row pays a Python call the others do not."""
+    """``launch_new``, ``launch_between`` and ``launch_reused`` over arrays from ``empty()``
+    (one new float32 array of ``LAUNCH_ELEMENTS``): ``kernel`` is the fastlaunch kernel, or
+    with ``rawkernel`` a ``cupy.RawKernel`` of ``ELEMENTWISE_C``. The launch is written out in
+    each function, not called through a helper, so no row pays a Python call the others do
+    not."""
     import numpy as np
 
     nbytes = LAUNCH_ELEMENTS * 4
@@ -275,6 +283,10 @@ def launch_variants(
         def launch_reused(a=kept[0], b=kept[1], c=kept[2], d=kept[3], e=kept[4]) -> None:
             kernel(grid1, block1, (a, b, c, d, e, n))
 
+        def launch_between(a=kept[0], b=kept[1], c=kept[2], d=kept[3], e=kept[4]) -> None:
+            _a, _b, _c, _d, _e = empty(), empty(), empty(), empty(), empty()
+            kernel(grid1, block1, (a, b, c, d, e, n))
+
     else:
 
         def launch_new() -> None:
@@ -284,8 +296,19 @@ def launch_variants(
         def launch_reused(a=kept[0], b=kept[1], c=kept[2], d=kept[3], e=kept[4]) -> None:
             kernel[grid, block](a, b, c, d, e)
 
+        def launch_between(a=kept[0], b=kept[1], c=kept[2], d=kept[3], e=kept[4]) -> None:
+            _a, _b, _c, _d, _e = empty(), empty(), empty(), empty(), empty()
+            kernel[grid, block](a, b, c, d, e)
+
+    # one `arrays_alone` variant is subtracted from both differences
+    new_rows = difference("launch_new", nbytes, library, launch_new, arrays_alone, 100, installed)
+    alone = new_rows[1]
+    between = Variant(
+        "launch_between", nbytes, library, launch_between, 100, installed, minus=alone
+    )
     return [
-        *difference("launch_new", nbytes, library, launch_new, arrays_alone, 100, installed),
+        *new_rows,
+        between,
         Variant("launch_reused", nbytes, library, launch_reused, 200, installed),
     ]
 
@@ -729,7 +752,14 @@ def build(libraries: set[str], ops: set[str]) -> list[Variant]:
                 if isinstance(error, ImportError):
                     break  # its other groups would fail the same way
                 continue
-            variants += [v for v in made if v.op in ops]
+            chosen = [v for v in made if v.op in ops]
+            # a half subtracted from a chosen row is timed even when its own row is not chosen
+            chosen += [
+                v.minus
+                for v in chosen
+                if v.minus is not None and all(v.minus is not c for c in chosen)
+            ]
+            variants += chosen
     return variants
 
 
@@ -941,9 +971,10 @@ def markdown(table: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         "µs per call, median (p10–p90) over the rounds. `bytes` is the array's size (the "
         "Black-Scholes-shaped calls and the launch rows: one of their five arrays). What each "
-        "library's row calls: the docstring of `benchmarks/memory.py`. `launch_new` and "
-        "`stream_new` are differences (the launch with new arrays, or on a new stream, minus "
-        "the arrays alone, or the launch on one stream): the difference of the medians, and "
+        "library's row calls: the docstring of `benchmarks/memory.py`. `launch_new`, "
+        "`launch_between` and `stream_new` are differences (the launch with new arrays, or "
+        "over the reused ones after making new ones, minus the arrays alone; or on a new "
+        "stream, minus the launch on one stream): the difference of the medians, and "
         "p10–p90 of the rounds' differences. Their columns, and `launch_reused`'s, name the "
         "arrays' source, launched by fastlaunch installed (`cupy-rawkernel`: by CuPy). "
         "`cai_read_*` read a numba array through `__cuda_array_interface__` (`cupy.asarray`, "
