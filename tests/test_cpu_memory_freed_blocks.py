@@ -92,6 +92,37 @@ print(again.device_ctypes_pointer.value == address, counts.since())
     ]
 
 
+def test_blocks_over_a_mebibyte_are_kept_in_classes_of_128_kib(run_on_stand_in):
+    # a loop making arrays of a few MiB each step reuses its blocks, as CuPy's and torch's
+    # caching allocators do, instead of the pool's allocation and free per array
+    lines = run_on_stand_in(
+        PRELUDE
+        + """
+counts = Counts()
+bytes_before = fake.fake_outstanding_bytes()
+p = _core.mem_alloc((1 << 20) + 1)
+print(counts.since(), fake.fake_outstanding_bytes() - bytes_before)  # 1 MiB + 128 KiB
+_core.mem_free(p)
+q = _core.mem_alloc((1 << 20) + (128 << 10))  # the same class
+print(q == p, counts.since())
+big = fl.device_array(2 << 20, np.uint8)  # 2 MiB, through numba-cuda's objects
+address = big.device_ctypes_pointer.value
+counts.since()
+del big
+again = fl.device_array(1 << 19, np.float32)  # 2 MiB again, another dtype
+print(again.device_ctypes_pointer.value == address, counts.since())
+_core.mem_free(q)
+print(cached() == (1 << 20) + (128 << 10))
+"""
+    )
+    assert lines == [
+        f"allocs 1 frees 0 records 0 waits 0 {(1 << 20) + (128 << 10)}",
+        "True allocs 0 frees 0 records 1 waits 0",
+        "True allocs 0 frees 0 records 1 waits 0",
+        "True",
+    ]
+
+
 def test_a_reuse_is_ordered_after_the_free_on_every_stream(run_on_stand_in):
     """A command on the legacy stream after the free orders the block after its earlier users
     on blocking streams, and later work on a blocking stream after it (the legacy stream
@@ -245,7 +276,7 @@ blocks = [_core.mem_alloc(32768) for _ in range(5)]
 for block in blocks:
     _core.mem_free(block)
 print(cached() // 32768)
-large = _core.mem_alloc(2 << 20)  # over the largest class: the pool alone
+large = _core.mem_alloc((16 << 20) + 1)  # over the largest class: the pool alone
 counts.since()
 _core.mem_free(large)
 print(counts.since(), cached() // 32768)

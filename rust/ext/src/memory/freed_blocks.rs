@@ -3,8 +3,9 @@
 //! calls (`cuMemFreeAsync`, `cuMemAllocFromPoolAsync`), as CuPy's and torch's caching
 //! allocators keep theirs.
 //!
-//! A block is allocated at its class's size (`nbytes` rounded up to [`CLASS_BYTES`]), so any
-//! block of a class fits every request of it. Which blocks were handed out, and their class,
+//! A block is allocated at its class's size (`nbytes` rounded up to [`CLASS_BYTES`], or above
+//! [`SMALL_LARGEST`] to [`LARGE_CLASS_BYTES`]), so any block of a class fits every request of
+//! it. Which blocks were handed out, and their class,
 //! is known here: a pointer this cache did not hand out is never kept, whatever a caller says.
 //!
 //! Stream order is the pool's: a kept block was freed after its earlier users
@@ -26,11 +27,16 @@ use fastlaunch_driver::{self as driver, Capture, Context, LEGACY_STREAM};
 
 use super::stream_ordering::FreePoint;
 
-/// Sizes are rounded up to a multiple of this.
+/// Sizes up to [`SMALL_LARGEST`] are rounded up to a multiple of this.
 pub(crate) const CLASS_BYTES: usize = 512;
+/// The largest size rounded to [`CLASS_BYTES`].
+const SMALL_LARGEST: usize = 1 << 20;
+/// Larger sizes are rounded up to a multiple of this: at most an eighth more than asked.
+const LARGE_CLASS_BYTES: usize = 128 << 10;
 /// The largest block kept; larger allocations go to the pool alone.
-pub(crate) const LARGEST_CLASS: usize = 1 << 20;
-const CLASSES: usize = LARGEST_CLASS / CLASS_BYTES;
+pub(crate) const LARGEST_CLASS: usize = 16 << 20;
+const SMALL_CLASSES: usize = SMALL_LARGEST / CLASS_BYTES;
+const CLASSES: usize = SMALL_CLASSES + (LARGEST_CLASS - SMALL_LARGEST) / LARGE_CLASS_BYTES;
 pub(crate) const BLOCKS_PER_CLASS: usize = 16;
 pub(crate) const MOST_BYTES: u64 = 64 << 20;
 /// The environment variable whose value `0` turns the cache off.
@@ -38,20 +44,34 @@ pub(crate) const SWITCH: &str = "FASTLAUNCH_FREED_BLOCK_CACHE";
 
 /// A size class: blocks of `bytes()` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SizeClass(usize);
+pub(crate) struct SizeClass {
+    bytes: usize,
+}
 
 impl SizeClass {
     /// The class of an allocation of `nbytes`, if the cache keeps such blocks.
     fn of(nbytes: usize) -> Option<SizeClass> {
-        (nbytes > 0 && nbytes <= LARGEST_CLASS).then(|| SizeClass(nbytes.div_ceil(CLASS_BYTES)))
+        let step = if nbytes <= SMALL_LARGEST {
+            CLASS_BYTES
+        } else {
+            LARGE_CLASS_BYTES
+        };
+        (nbytes > 0 && nbytes <= LARGEST_CLASS).then(|| SizeClass {
+            bytes: nbytes.next_multiple_of(step),
+        })
     }
 
     pub(crate) fn bytes(self) -> usize {
-        self.0 * CLASS_BYTES
+        self.bytes
     }
 
+    /// Its place among the [`CLASSES`]: the small classes, then the large ones.
     fn index(self) -> usize {
-        self.0 - 1
+        if self.bytes <= SMALL_LARGEST {
+            self.bytes / CLASS_BYTES - 1
+        } else {
+            SMALL_CLASSES + (self.bytes - SMALL_LARGEST) / LARGE_CLASS_BYTES - 1
+        }
     }
 }
 
@@ -237,10 +257,28 @@ mod tests {
         assert_eq!(SizeClass::of(512).map(SizeClass::bytes), Some(512));
         assert_eq!(SizeClass::of(513).map(SizeClass::bytes), Some(1024));
         assert_eq!(SizeClass::of(32768).map(SizeClass::bytes), Some(32768));
+        assert_eq!(SizeClass::of(1 << 20).map(SizeClass::bytes), Some(1 << 20));
+        assert_eq!(
+            SizeClass::of((1 << 20) + 1).map(SizeClass::bytes),
+            Some((1 << 20) + (128 << 10))
+        );
+        assert_eq!(SizeClass::of(2 << 20).map(SizeClass::bytes), Some(2 << 20));
         assert_eq!(
             SizeClass::of(LARGEST_CLASS).map(SizeClass::bytes),
             Some(LARGEST_CLASS)
         );
         assert_eq!(SizeClass::of(LARGEST_CLASS + 1), None);
+    }
+
+    #[test]
+    fn every_class_has_its_own_place() {
+        let sizes = (1..=LARGEST_CLASS / CLASS_BYTES).map(|n| n * CLASS_BYTES);
+        let mut seen = vec![None; CLASSES];
+        for class in sizes.filter_map(SizeClass::of) {
+            let place = &mut seen[class.index()];
+            assert!(place.is_none_or(|bytes| bytes == class.bytes()));
+            *place = Some(class.bytes());
+        }
+        assert!(seen.iter().all(Option::is_some));
     }
 }
