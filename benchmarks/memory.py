@@ -752,15 +752,18 @@ def build(libraries: set[str], ops: set[str]) -> list[Variant]:
                 if isinstance(error, ImportError):
                     break  # its other groups would fail the same way
                 continue
-            chosen = [v for v in made if v.op in ops]
-            # a half subtracted from a chosen row is timed even when its own row is not chosen
-            chosen += [
-                v.minus
-                for v in chosen
-                if v.minus is not None and all(v.minus is not c for c in chosen)
-            ]
-            variants += chosen
+            variants += chosen(made, ops)
     return variants
+
+
+def chosen(made: list[Variant], ops: set[str]) -> list[Variant]:
+    """The variants of ``ops``, and the halves their differences subtract (timed even when
+    their own op is not chosen: ``launch_between`` subtracts ``launch_new``'s)."""
+    picked = [v for v in made if v.op in ops]
+    for v in list(picked):
+        if v.minus is not None and all(v.minus is not p for p in picked):
+            picked.append(v.minus)
+    return picked
 
 
 def installed(make: Callable[[], list[Variant]]) -> list[Variant]:
