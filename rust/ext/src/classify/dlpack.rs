@@ -34,14 +34,30 @@ pub(super) fn read_exchange(
             type_name(arg)
         )));
     }
-    if api.lazy_sign_views && refuse_lazy_sign_view(arg, &tensor, at, !scratch.forget_reads)? {
+    note_exchange_read(arg, &tensor, api, at, scratch)?;
+    push_dltensor(arg, &tensor, at, scratch)
+}
+
+/// What a read of `arg`'s exchange-API tensor tells the launch beside the array, the same for
+/// a full read and a new tensor of the layout read last (`same_layout.rs`): a lazy sign view
+/// is refused (whether the tensor was known goes into `scratch`), and the producer's current
+/// stream is where to ask for the tensor's device.
+#[inline]
+pub(super) fn note_exchange_read(
+    arg: &Bound<'_, PyAny>,
+    tensor: &DLTensor,
+    api: ExchangeApi,
+    at: Position<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    if api.lazy_sign_views && refuse_lazy_sign_view(arg, tensor, at, !scratch.forget_reads)? {
         scratch.read_was_known = true;
     }
     if let Some(query) = api.current_work_stream {
         scratch.streams.exchange_stream =
             Some((query, tensor.device.device_type, tensor.device.device_id));
     }
-    push_dltensor(arg, &tensor, at, scratch)
+    Ok(())
 }
 
 thread_local! {
@@ -63,7 +79,7 @@ thread_local! {
 /// every tensor not in the table is asked. `remember`: the launch keeps what it reads (not
 /// during a run of new tensors, each read once: `repeat.rs`), so a clear tensor goes into the
 /// table. Whether the tensor was found in the table (a tensor read before).
-pub(super) fn refuse_lazy_sign_view(
+fn refuse_lazy_sign_view(
     arg: &Bound<'_, PyAny>,
     tensor: &DLTensor,
     at: Position<'_>,

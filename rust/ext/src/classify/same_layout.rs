@@ -145,15 +145,7 @@ impl SameLayout {
         if device.device_type == KDL_CUDA && device.device_id != 0 {
             return None;
         }
-        if api.lazy_sign_views {
-            let remember = !scratch.forget_reads;
-            if dlpack::refuse_lazy_sign_view(arg, tensor, at, remember).ok()? {
-                scratch.read_was_known = true;
-            }
-        }
-        if let Some(query) = api.current_work_stream {
-            scratch.streams.exchange_stream = Some((query, device.device_type, device.device_id));
-        }
+        dlpack::note_exchange_read(arg, tensor, api, at, scratch).ok()?;
         Some((tensor.data as u64).wrapping_add(tensor.byte_offset))
     }
 }

@@ -92,6 +92,15 @@ struct Reread {
     same_layout: Option<SameLayout>,
 }
 
+/// What a remembered launch's argument is repacked into: the overload's plan and parameter
+/// names, the launch's fingerprint and its packed parameters.
+struct Repack<'a> {
+    plan: &'a Plan,
+    names: &'a [String],
+    fingerprint: &'a [u8],
+    params: &'a mut ParamBuffer,
+}
+
 impl Reread {
     fn new(argument: PackedArgument) -> Reread {
         Reread {
@@ -101,26 +110,25 @@ impl Reread {
         }
     }
 
-    /// Rewrites the argument's slots in `params` for `arg` (`fingerprint`: the remembered
-    /// launch's): whether `arg` fits them.
+    /// Rewrites the argument's slots in `into.params` for `arg`: whether `arg` fits them.
     #[inline]
     fn refill(
         &mut self,
         arg: &Bound<'_, PyAny>,
         at: Position<'_>,
-        (plan, names): (&Plan, &[String]),
-        (fingerprint, params): (&[u8], &mut ParamBuffer),
+        into: Repack<'_>,
         scratch: &mut Scratch,
     ) -> bool {
         scratch.forget_reads = !self.new_objects.worth_remembering();
         scratch.read_was_known = false;
         let refilled = match self.data_of_same_layout(arg, at, scratch) {
-            Some(data) => params
+            Some(data) => into
+                .params
                 .slots_mut()
                 .get_mut(self.argument.slots.start + ARRAY_DATA_SLOT)
                 .map(|slot| *slot = data)
                 .is_some(),
-            None => self.read_in_full(arg, at, (plan, names), (fingerprint, params), scratch),
+            None => self.read_in_full(arg, at, into, scratch),
         };
         self.new_objects = self.new_objects.after(scratch.read_was_known);
         scratch.forget_reads = false;
@@ -142,8 +150,12 @@ impl Reread {
         &mut self,
         arg: &Bound<'_, PyAny>,
         at: Position<'_>,
-        (plan, names): (&Plan, &[String]),
-        (fingerprint, params): (&[u8], &mut ParamBuffer),
+        Repack {
+            plan,
+            names,
+            fingerprint,
+            params,
+        }: Repack<'_>,
         scratch: &mut Scratch,
     ) -> bool {
         let argument = &self.argument;
@@ -352,8 +364,13 @@ impl LastLaunch {
                     }
                 }
                 ArgCheck::Read(reread) => {
-                    let parts = (&self.fingerprint[..], &mut self.params);
-                    reread.refill(&arg, at, (plan, names), parts, scratch)
+                    let into = Repack {
+                        plan,
+                        names,
+                        fingerprint: &self.fingerprint,
+                        params: &mut self.params,
+                    };
+                    reread.refill(&arg, at, into, scratch)
                 }
             };
             if !matches {
